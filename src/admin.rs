@@ -1,0 +1,51 @@
+//! The admin endpoint: `/metrics` (Prometheus text exposition), `/healthz`, `/readyz`.
+//!
+//! Edge. A read of `/metrics` first settles every pending verdict, so a scrape shows every
+//! attempt received before it, each counted once, and counters never go down.
+
+use crate::receiver::Pipeline;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone)]
+struct Admin {
+    pipeline: Arc<Pipeline>,
+    ready: Arc<AtomicBool>,
+}
+
+/// The admin router. `ready` is true while the receivers accept data.
+pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(Admin { pipeline, ready })
+}
+
+async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+    admin.pipeline.settle(true);
+    admin
+        .pipeline
+        .metrics()
+        .set_tracker_keys(admin.pipeline.tracker().keys());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        admin.pipeline.metrics().render(),
+    )
+}
+
+async fn readyz(State(admin): State<Admin>) -> impl IntoResponse {
+    if admin.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+    }
+}

@@ -1,0 +1,495 @@
+//! Classification: the decision table of DESIGN §4.
+//!
+//! Core: pure functions, no I/O, no clock, no allocation. A [`Signal`] reduces to an
+//! [`Outcome`] (what the response says, independent of the client's history), and
+//! [`classify`] turns an outcome, the declared status of the path and whether the client had
+//! read the interface's discovery document into a [`Verdict`]. The tracker re-runs
+//! [`classify`] when a late discovery read changes the last input.
+
+use crate::discovery::Declared;
+use crate::extract::{Family, Signal, GRPC_CODE_NAMES};
+use std::fmt;
+
+/// The class of an attempt: the four of the card, and `ok`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    /// It did not fail.
+    Ok,
+    /// The interface's contract says no.
+    Refusal,
+    /// The interface failed right now.
+    Transient,
+    /// The interface asked the client to slow down.
+    Throttled,
+    /// Anything else.
+    Ambiguous,
+}
+
+/// The finer kind of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// It did not fail.
+    Ok,
+    /// JSON-RPC -32601, HTTP 405, gRPC UNIMPLEMENTED, after a discovery read.
+    ProtocolNotSupported,
+    /// HTTP 404 on an undeclared path, after a discovery read.
+    InterfaceNotDeclared,
+    /// A refusal from an interface whose contract the client has not read.
+    UnverifiedRefusal,
+    /// HTTP 429, gRPC RESOURCE_EXHAUSTED.
+    Throttled,
+    /// HTTP 5xx, a timeout, gRPC UNAVAILABLE or DEADLINE_EXCEEDED.
+    Transient,
+    /// Anything else that failed.
+    Ambiguous,
+}
+
+/// What a client following the decision boundary does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// Carry on.
+    Proceed,
+    /// Do not retry: use a declared interface that supports it, or abstain.
+    RouteElsewhereOrAbstain,
+    /// Read the discovery document before anything else.
+    FetchDiscovery,
+    /// Retry with backoff, within the budget.
+    RetryWithBackoff,
+    /// Do not retry.
+    Abstain,
+}
+
+/// What a response says, before the client's history is taken into account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// No error.
+    Ok,
+    /// JSON-RPC -32601, HTTP 405, gRPC UNIMPLEMENTED.
+    NotSupported,
+    /// HTTP 404.
+    NotFound,
+    /// HTTP 429, gRPC RESOURCE_EXHAUSTED.
+    Throttled,
+    /// HTTP 5xx, a timeout, gRPC UNAVAILABLE or DEADLINE_EXCEEDED.
+    Transient,
+    /// Any other failure.
+    Other,
+}
+
+/// Which rule of the table fired, for the `refusal_gate.reason` span attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason<'a> {
+    /// No error.
+    Ok,
+    /// A JSON-RPC error code decided.
+    JsonRpc(i64),
+    /// An HTTP status decided.
+    Http(u16),
+    /// An HTTP 404 on a path the interface does not declare.
+    HttpUndeclared,
+    /// A gRPC status decided.
+    Grpc(i32),
+    /// A timeout, with what said so.
+    Timeout(&'a str),
+    /// An error with no code, with its `error.type` when there is one.
+    Error(Option<&'a str>),
+}
+
+impl fmt::Display for Reason<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Ok => f.write_str("ok"),
+            Reason::JsonRpc(code) => write!(f, "jsonrpc {code}"),
+            Reason::Http(status) => write!(f, "http {status}"),
+            Reason::HttpUndeclared => f.write_str("http 404 undeclared path"),
+            Reason::Grpc(code) => match GRPC_CODE_NAMES.get(*code as usize) {
+                Some(name) => write!(f, "grpc {name}"),
+                None => write!(f, "grpc {code}"),
+            },
+            Reason::Timeout(what) => write!(f, "timeout {what}"),
+            Reason::Error(Some(what)) => write!(f, "error {what}"),
+            Reason::Error(None) => f.write_str("error"),
+        }
+    }
+}
+
+/// Class, kind and decision of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Verdict {
+    /// One of the four classes, or `ok`.
+    pub class: Class,
+    /// The finer kind.
+    pub kind: Kind,
+    /// What to do next.
+    pub decision: Decision,
+}
+
+const GRPC_DEADLINE_EXCEEDED: i32 = 4;
+const GRPC_RESOURCE_EXHAUSTED: i32 = 8;
+const GRPC_UNIMPLEMENTED: i32 = 12;
+const GRPC_UNAVAILABLE: i32 = 14;
+const JSONRPC_METHOD_NOT_FOUND: i64 = -32601;
+/// The MCP SDKs' request timeout; in A2A the same number is TaskNotFound.
+const MCP_REQUEST_TIMEOUT: i64 = -32001;
+
+/// Reduces a signal to its outcome and the reason for it. A JSON-RPC code beats an HTTP
+/// status; the rows are tried in the table's order, so the first that matches wins.
+pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>) {
+    let jsonrpc = signal.jsonrpc_code;
+    // When a JSON-RPC code is present, the HTTP status says nothing about the operation.
+    let http = if jsonrpc.is_some() {
+        None
+    } else {
+        signal.http_status
+    };
+    let grpc = signal.grpc_code.filter(|c| *c != 0);
+    let mcp_timeout = family == Family::Mcp && jsonrpc == Some(MCP_REQUEST_TIMEOUT);
+
+    if jsonrpc == Some(JSONRPC_METHOD_NOT_FOUND) {
+        return (
+            Outcome::NotSupported,
+            Reason::JsonRpc(JSONRPC_METHOD_NOT_FOUND),
+        );
+    }
+    if http == Some(405) {
+        return (Outcome::NotSupported, Reason::Http(405));
+    }
+    if grpc == Some(GRPC_UNIMPLEMENTED) {
+        return (Outcome::NotSupported, Reason::Grpc(GRPC_UNIMPLEMENTED));
+    }
+    if http == Some(404) {
+        return (Outcome::NotFound, Reason::Http(404));
+    }
+    if http == Some(429) {
+        return (Outcome::Throttled, Reason::Http(429));
+    }
+    if grpc == Some(GRPC_RESOURCE_EXHAUSTED) {
+        return (Outcome::Throttled, Reason::Grpc(GRPC_RESOURCE_EXHAUSTED));
+    }
+    if let Some(status) = http.filter(|s| (500..600).contains(s)) {
+        return (Outcome::Transient, Reason::Http(status));
+    }
+    if let Some(what) = signal.timeout {
+        return (Outcome::Transient, Reason::Timeout(what));
+    }
+    if mcp_timeout {
+        return (Outcome::Transient, Reason::Timeout("-32001"));
+    }
+    if let Some(code) = grpc.filter(|c| *c == GRPC_UNAVAILABLE || *c == GRPC_DEADLINE_EXCEEDED) {
+        return (Outcome::Transient, Reason::Grpc(code));
+    }
+    if let Some(code) = jsonrpc {
+        return (Outcome::Other, Reason::JsonRpc(code));
+    }
+    if let Some(status) = http.filter(|s| *s >= 400) {
+        return (Outcome::Other, Reason::Http(status));
+    }
+    if let Some(code) = grpc {
+        return (Outcome::Other, Reason::Grpc(code));
+    }
+    if signal.status_error || signal.error_type.is_some() {
+        return (Outcome::Other, Reason::Error(signal.error_type));
+    }
+    (Outcome::Ok, Reason::Ok)
+}
+
+/// Whether an outcome on a path with this declared status is a refusal, verified or not
+/// (rows 1, 1', 2, 2'). It does not depend on discovery, so the tracker can keep the
+/// refusals a probe is judged against without re-classifying.
+pub fn is_refusal_signal(outcome: Outcome, declared: Declared) -> bool {
+    outcome == Outcome::NotSupported || (outcome == Outcome::NotFound && declared == Declared::No)
+}
+
+/// The decision table (DESIGN §4): first matching row wins.
+pub fn classify(outcome: Outcome, declared: Declared, discovery_read: bool) -> Verdict {
+    let v = |class, kind, decision| Verdict {
+        class,
+        kind,
+        decision,
+    };
+    let unverified = v(
+        Class::Ambiguous,
+        Kind::UnverifiedRefusal,
+        Decision::FetchDiscovery,
+    );
+    match outcome {
+        Outcome::Ok => v(Class::Ok, Kind::Ok, Decision::Proceed),
+        Outcome::NotSupported if discovery_read => v(
+            Class::Refusal,
+            Kind::ProtocolNotSupported,
+            Decision::RouteElsewhereOrAbstain,
+        ),
+        Outcome::NotSupported => unverified,
+        Outcome::NotFound if declared == Declared::No && discovery_read => v(
+            Class::Refusal,
+            Kind::InterfaceNotDeclared,
+            Decision::RouteElsewhereOrAbstain,
+        ),
+        Outcome::NotFound if declared == Declared::No => unverified,
+        Outcome::Throttled => v(
+            Class::Throttled,
+            Kind::Throttled,
+            Decision::RetryWithBackoff,
+        ),
+        Outcome::Transient => v(
+            Class::Transient,
+            Kind::Transient,
+            Decision::RetryWithBackoff,
+        ),
+        Outcome::NotFound | Outcome::Other => {
+            v(Class::Ambiguous, Kind::Ambiguous, Decision::Abstain)
+        }
+    }
+}
+
+/// The reason to show for an attempt: a 404 that the table read as undeclared says so.
+pub fn reason<'a>(outcome: Outcome, declared: Declared, reason: Reason<'a>) -> Reason<'a> {
+    if outcome == Outcome::NotFound && declared == Declared::No {
+        Reason::HttpUndeclared
+    } else {
+        reason
+    }
+}
+
+impl Class {
+    /// Every class, in label order.
+    pub const ALL: [Class; 5] = [
+        Class::Ok,
+        Class::Refusal,
+        Class::Transient,
+        Class::Throttled,
+        Class::Ambiguous,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Ok => "ok",
+            Class::Refusal => "refusal",
+            Class::Transient => "transient",
+            Class::Throttled => "throttled",
+            Class::Ambiguous => "ambiguous",
+        }
+    }
+
+    /// Whether the attempt failed in a way that spends the retry budget.
+    pub fn is_retryable_failure(self) -> bool {
+        matches!(self, Class::Transient | Class::Throttled)
+    }
+}
+
+impl Kind {
+    /// Every kind, in label order.
+    pub const ALL: [Kind; 7] = [
+        Kind::Ok,
+        Kind::ProtocolNotSupported,
+        Kind::InterfaceNotDeclared,
+        Kind::UnverifiedRefusal,
+        Kind::Throttled,
+        Kind::Transient,
+        Kind::Ambiguous,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ok => "ok",
+            Kind::ProtocolNotSupported => "protocol_not_supported",
+            Kind::InterfaceNotDeclared => "interface_not_declared",
+            Kind::UnverifiedRefusal => "unverified_refusal",
+            Kind::Throttled => "throttled",
+            Kind::Transient => "transient",
+            Kind::Ambiguous => "ambiguous",
+        }
+    }
+
+    /// The class every attempt of this kind has.
+    pub fn class(self) -> Class {
+        match self {
+            Kind::Ok => Class::Ok,
+            Kind::ProtocolNotSupported | Kind::InterfaceNotDeclared => Class::Refusal,
+            Kind::UnverifiedRefusal | Kind::Ambiguous => Class::Ambiguous,
+            Kind::Throttled => Class::Throttled,
+            Kind::Transient => Class::Transient,
+        }
+    }
+}
+
+impl Decision {
+    /// The span attribute value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Proceed => "proceed",
+            Decision::RouteElsewhereOrAbstain => "route_elsewhere_or_abstain",
+            Decision::FetchDiscovery => "fetch_discovery",
+            Decision::RetryWithBackoff => "retry_with_backoff",
+            Decision::Abstain => "abstain",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sig() -> Signal<'static> {
+        Signal::default()
+    }
+
+    /// One row per row of the table, and one per attribute variant that reaches it.
+    #[test]
+    fn the_decision_table() {
+        use Declared::{No, Unknown, Yes};
+        use Family::{A2a, Grpc, Http, JsonRpc, Mcp};
+        let http = |s: u16| Signal {
+            http_status: Some(s),
+            ..sig()
+        };
+        let rpc = |c: i64| Signal {
+            jsonrpc_code: Some(c),
+            ..sig()
+        };
+        let grpc = |c: i32| Signal {
+            grpc_code: Some(c),
+            ..sig()
+        };
+        let timeout = |t: &'static str| Signal {
+            timeout: Some(t),
+            error_type: Some(t),
+            status_error: true,
+            ..sig()
+        };
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Family, Signal, Declared, bool, Kind, &str)> = vec![
+            // row 0: no error
+            ("0 http 200", Http, http(200), Yes, false, Kind::Ok, "ok"),
+            ("0 http 302", Http, http(302), No, true, Kind::Ok, "ok"),
+            ("0 nothing", Mcp, sig(), Unknown, false, Kind::Ok, "ok"),
+            ("0 grpc OK", Grpc, grpc(0), Unknown, false, Kind::Ok, "ok"),
+            // row 1 / 1': not supported
+            ("1 jsonrpc -32601", Mcp, rpc(-32601), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32601"),
+            ("1 a2a -32601", A2a, rpc(-32601), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32601"),
+            ("1 http 405", Http, http(405), Yes, true, Kind::ProtocolNotSupported, "http 405"),
+            ("1 grpc UNIMPLEMENTED", Grpc, grpc(12), Unknown, true, Kind::ProtocolNotSupported, "grpc UNIMPLEMENTED"),
+            ("1' jsonrpc -32601 unread", JsonRpc, rpc(-32601), Unknown, false, Kind::UnverifiedRefusal, "jsonrpc -32601"),
+            ("1' http 405 unread", Http, http(405), Yes, false, Kind::UnverifiedRefusal, "http 405"),
+            ("1' grpc 12 unread", Grpc, grpc(12), Unknown, false, Kind::UnverifiedRefusal, "grpc UNIMPLEMENTED"),
+            ("1 beats http 404", Mcp, Signal { http_status: Some(404), ..rpc(-32601) }, No, true, Kind::ProtocolNotSupported, "jsonrpc -32601"),
+            // row 2 / 2': 404 undeclared
+            ("2 http 404 undeclared", Http, http(404), No, true, Kind::InterfaceNotDeclared, "http 404 undeclared path"),
+            ("2' http 404 undeclared unread", Http, http(404), No, false, Kind::UnverifiedRefusal, "http 404 undeclared path"),
+            // row 3: throttled
+            ("3 http 429", Http, http(429), Unknown, false, Kind::Throttled, "http 429"),
+            ("3 grpc RESOURCE_EXHAUSTED", Grpc, grpc(8), Unknown, false, Kind::Throttled, "grpc RESOURCE_EXHAUSTED"),
+            // row 4: transient
+            ("4 http 500", Http, http(500), Unknown, false, Kind::Transient, "http 500"),
+            ("4 http 503", Http, http(503), No, true, Kind::Transient, "http 503"),
+            ("4 http 504", Http, http(504), Unknown, false, Kind::Transient, "http 504"),
+            ("4 ReadTimeout", Http, timeout("ReadTimeout"), Unknown, false, Kind::Transient, "timeout ReadTimeout"),
+            ("4 grpc UNAVAILABLE", Grpc, grpc(14), Unknown, false, Kind::Transient, "grpc UNAVAILABLE"),
+            ("4 grpc DEADLINE_EXCEEDED", Grpc, grpc(4), Unknown, false, Kind::Transient, "grpc DEADLINE_EXCEEDED"),
+            ("4 mcp -32001", Mcp, rpc(-32001), Unknown, true, Kind::Transient, "timeout -32001"),
+            // row 5: anything else
+            ("5 http 400", Http, http(400), Unknown, true, Kind::Ambiguous, "http 400"),
+            ("5 http 403", Http, http(403), Yes, true, Kind::Ambiguous, "http 403"),
+            ("5 http 404 declared", Http, http(404), Yes, true, Kind::Ambiguous, "http 404"),
+            ("5 http 404 unknown", Http, http(404), Unknown, true, Kind::Ambiguous, "http 404"),
+            ("5 jsonrpc -32602", Mcp, rpc(-32602), Unknown, true, Kind::Ambiguous, "jsonrpc -32602"),
+            ("5 a2a -32001 is TaskNotFound", A2a, rpc(-32001), Unknown, true, Kind::Ambiguous, "jsonrpc -32001"),
+            ("5 jsonrpc beats http 503", Mcp, Signal { http_status: Some(503), ..rpc(-32602) }, Unknown, true, Kind::Ambiguous, "jsonrpc -32602"),
+            ("5 grpc PERMISSION_DENIED", Grpc, grpc(7), Unknown, true, Kind::Ambiguous, "grpc PERMISSION_DENIED"),
+            ("5 error type only", Http, Signal { error_type: Some("ConnectError"), status_error: true, ..sig() }, Unknown, false, Kind::Ambiguous, "error ConnectError"),
+            ("5 status only", Mcp, Signal { status_error: true, ..sig() }, Unknown, false, Kind::Ambiguous, "error"),
+        ];
+        for (name, family, signal, declared, read, kind, why) in rows {
+            let (out, r) = outcome(family, &signal);
+            let verdict = classify(out, declared, read);
+            assert_eq!(verdict.kind, kind, "{name}");
+            assert_eq!(verdict.class, kind.class(), "{name}");
+            assert_eq!(reason(out, declared, r).to_string(), why, "{name}");
+        }
+    }
+
+    #[test]
+    fn decisions_follow_kinds() {
+        let cases = [
+            (Outcome::Ok, Declared::Unknown, false, Decision::Proceed),
+            (
+                Outcome::NotSupported,
+                Declared::Unknown,
+                true,
+                Decision::RouteElsewhereOrAbstain,
+            ),
+            (
+                Outcome::NotSupported,
+                Declared::Unknown,
+                false,
+                Decision::FetchDiscovery,
+            ),
+            (
+                Outcome::NotFound,
+                Declared::No,
+                true,
+                Decision::RouteElsewhereOrAbstain,
+            ),
+            (
+                Outcome::NotFound,
+                Declared::No,
+                false,
+                Decision::FetchDiscovery,
+            ),
+            (
+                Outcome::Throttled,
+                Declared::Unknown,
+                false,
+                Decision::RetryWithBackoff,
+            ),
+            (
+                Outcome::Transient,
+                Declared::Unknown,
+                false,
+                Decision::RetryWithBackoff,
+            ),
+            (Outcome::Other, Declared::Unknown, false, Decision::Abstain),
+        ];
+        for (o, d, r, want) in cases {
+            assert_eq!(classify(o, d, r).decision, want, "{o:?} {d:?} {r}");
+        }
+    }
+
+    fn any_outcome() -> impl Strategy<Value = Outcome> {
+        prop_oneof![
+            Just(Outcome::Ok),
+            Just(Outcome::NotSupported),
+            Just(Outcome::NotFound),
+            Just(Outcome::Throttled),
+            Just(Outcome::Transient),
+            Just(Outcome::Other),
+        ]
+    }
+
+    fn any_declared() -> impl Strategy<Value = Declared> {
+        prop_oneof![
+            Just(Declared::Yes),
+            Just(Declared::No),
+            Just(Declared::Unknown)
+        ]
+    }
+
+    proptest! {
+        /// Every attempt gets exactly one class, consistent with its kind; a discovery read
+        /// can only turn an unverified refusal into a refusal, never change anything else.
+        #[test]
+        fn one_class_per_attempt(o in any_outcome(), d in any_declared(), read in any::<bool>()) {
+            let v = classify(o, d, read);
+            prop_assert_eq!(v.class, v.kind.class());
+            prop_assert_eq!(v.class == Class::Ok, o == Outcome::Ok);
+            let other = classify(o, d, !read);
+            if v != other {
+                prop_assert!(is_refusal_signal(o, d));
+            }
+            prop_assert_eq!(is_refusal_signal(o, d), classify(o, d, true).class == Class::Refusal);
+        }
+    }
+}

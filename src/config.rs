@@ -1,0 +1,494 @@
+//! The configuration file: one YAML document, collector style (DESIGN §7).
+//!
+//! Core: parsing and validation are pure (text in, [`Config`] or [`ConfigError`] out); the
+//! only I/O is [`Config::load`], which reads the named file. Every key is checked at start-up,
+//! before any port is bound: an unknown key or a bad value is an error that names the key.
+//! The YAML parser is `serde_yaml_ng`, a maintained fork of the archived `serde_yaml` with the
+//! same data model and error positions (line and column).
+
+use serde::de::{self, Deserializer};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// The configuration `refusal-gate` serves with when it is given no file, and what
+/// `refusal-gate default-config` prints. Every key is shown with its default.
+pub const DEFAULT_CONFIG: &str = include_str!("default-config.yaml");
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file named.
+        path: String,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The YAML is malformed, has an unknown key, or a value of the wrong type.
+    #[error("{0}")]
+    Syntax(String),
+    /// A value parsed but is not allowed.
+    #[error("{key}: {problem}")]
+    Invalid {
+        /// The dotted path of the key, e.g. `interfaces[1].url`.
+        key: String,
+        /// What is wrong with its value.
+        problem: String,
+    },
+}
+
+/// The whole configuration file. `Default` is the embedded defaults (a test keeps the
+/// struct defaults and [`DEFAULT_CONFIG`] equal).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The OTLP receivers.
+    pub receivers: Receivers,
+    /// The admin endpoint: `/metrics`, `/healthz`, `/readyz`.
+    pub admin: Admin,
+    /// The interfaces whose contracts refusal-gate knows.
+    pub interfaces: Vec<InterfaceConfig>,
+    /// The tracker's limits and windows.
+    pub tracker: TrackerConfig,
+    /// Limits on Prometheus label values.
+    pub metrics: MetricsConfig,
+}
+
+/// `receivers:`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Receivers {
+    /// `receivers.otlp`.
+    pub otlp: OtlpReceivers,
+}
+
+/// `receivers.otlp`: both transports are always served.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpReceivers {
+    /// OTLP/gRPC.
+    pub grpc: GrpcReceiver,
+    /// OTLP/HTTP.
+    pub http: HttpReceiver,
+}
+
+/// `receivers.otlp.grpc`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcReceiver {
+    /// Where to listen.
+    #[serde(deserialize_with = "socket_addr")]
+    pub endpoint: SocketAddr,
+    /// The largest request message accepted, after decompression, in MiB.
+    pub max_recv_msg_size_mib: u64,
+}
+
+impl Default for GrpcReceiver {
+    fn default() -> Self {
+        GrpcReceiver {
+            endpoint: SocketAddr::from(([127, 0, 0, 1], 4317)),
+            max_recv_msg_size_mib: 4,
+        }
+    }
+}
+
+/// `receivers.otlp.http`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpReceiver {
+    /// Where to listen.
+    #[serde(deserialize_with = "socket_addr")]
+    pub endpoint: SocketAddr,
+    /// The largest request body accepted, in MiB, both as sent and after gzip inflation.
+    pub max_request_body_size_mib: u64,
+}
+
+impl Default for HttpReceiver {
+    fn default() -> Self {
+        HttpReceiver {
+            endpoint: SocketAddr::from(([127, 0, 0, 1], 4318)),
+            max_request_body_size_mib: 20,
+        }
+    }
+}
+
+/// `admin:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Admin {
+    /// Where to listen.
+    #[serde(deserialize_with = "socket_addr")]
+    pub endpoint: SocketAddr,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Admin {
+            endpoint: SocketAddr::from(([127, 0, 0, 1], 9464)),
+        }
+    }
+}
+
+/// The protocol an interface speaks (`interfaces[].protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Model Context Protocol over Streamable HTTP.
+    Mcp,
+    /// Agent2Agent.
+    A2a,
+    /// Plain HTTP.
+    Http,
+    /// gRPC.
+    Grpc,
+}
+
+/// One `interfaces[]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterfaceConfig {
+    /// The name used as the `interface` label and on tagged spans.
+    pub name: String,
+    /// What it speaks.
+    pub protocol: Protocol,
+    /// Origin and base path, e.g. `http://mcp.test:8080/mcp`.
+    pub url: String,
+    /// The operations it declares.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointConfig>,
+    /// Where its discovery documents live.
+    #[serde(default)]
+    pub discovery: DiscoveryConfig,
+}
+
+/// One declared endpoint: a path (exact, or a template such as `/users/{id}`) and,
+/// optionally, the methods it supports.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// The path, starting with `/`.
+    pub path: String,
+    /// The HTTP methods it supports; empty means any.
+    #[serde(default)]
+    pub methods: Vec<String>,
+}
+
+/// `interfaces[].discovery`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Discovery paths on top of the defaults of DESIGN §3.
+    #[serde(default)]
+    pub paths: Vec<String>,
+}
+
+/// `tracker:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrackerConfig {
+    /// Retries of a transient or throttled failure a client may make before it exhausts
+    /// its budget.
+    pub max_retries: u32,
+    /// How long after a refusal a request for another undeclared path counts as a probe, and
+    /// how long without a retry makes a refusal honored.
+    #[serde(deserialize_with = "duration")]
+    pub probe_window: Duration,
+    /// A key with no attempt for this long is forgotten.
+    #[serde(deserialize_with = "duration")]
+    pub key_ttl: Duration,
+    /// The most keys kept; past it the least recently used are evicted.
+    pub max_keys: usize,
+    /// How long an attempt's verdict waits for late, out-of-order spans before it is counted
+    /// (a read of `/metrics` counts what is pending at once).
+    #[serde(deserialize_with = "duration")]
+    pub reorder_window: Duration,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            max_retries: 3,
+            probe_window: Duration::from_secs(600),
+            key_ttl: Duration::from_secs(3600),
+            max_keys: 500_000,
+            reorder_window: Duration::from_secs(5),
+        }
+    }
+}
+
+/// `metrics:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Distinct `client` label values; past the cap the value is `__overflow__`.
+    pub max_clients: usize,
+    /// Distinct `interface` label values; past the cap the value is `__overflow__`.
+    pub max_interfaces: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            max_clients: 1000,
+            max_interfaces: 500,
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration text.
+    ///
+    /// # Errors
+    /// [`ConfigError::Syntax`] for malformed YAML, unknown keys and wrong types (the message
+    /// names the key and the line); [`ConfigError::Invalid`] for values out of range.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        // An empty file is an empty mapping: every default applies.
+        let text = if text.trim().is_empty() { "{}" } else { text };
+        // serde_path_to_error names the key (`tracker.probe_window`) even for errors raised
+        // inside a field's own parser, where the YAML error alone would name only its parent.
+        let config: Config = serde_path_to_error::deserialize(
+            serde_yaml_ng::Deserializer::from_str(text),
+        )
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            ConfigError::Syntax(if path == "." {
+                inner
+            } else {
+                format!("{path}: {}", strip_parent_path(&path, &inner))
+            })
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the file at `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] when the file cannot be read; otherwise as [`Config::parse`],
+    /// with the file's name in front of the message.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text).map_err(|e| match e {
+            ConfigError::Syntax(m) => ConfigError::Syntax(format!("{}: {m}", path.display())),
+            ConfigError::Invalid { key, problem } => ConfigError::Invalid {
+                key: format!("{}: {key}", path.display()),
+                problem,
+            },
+            other => other,
+        })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, problem: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                problem: problem.to_owned(),
+            })
+        };
+        if self.receivers.otlp.http.max_request_body_size_mib == 0 {
+            return invalid(
+                "receivers.otlp.http.max_request_body_size_mib".into(),
+                "must be at least 1",
+            );
+        }
+        if self.receivers.otlp.grpc.max_recv_msg_size_mib == 0 {
+            return invalid(
+                "receivers.otlp.grpc.max_recv_msg_size_mib".into(),
+                "must be at least 1",
+            );
+        }
+        if self.tracker.max_keys == 0 {
+            return invalid("tracker.max_keys".into(), "must be at least 1");
+        }
+        if self.tracker.max_retries > 64 {
+            return invalid("tracker.max_retries".into(), "must be at most 64");
+        }
+        if self.tracker.probe_window.is_zero() {
+            return invalid("tracker.probe_window".into(), "must be longer than 0");
+        }
+        if self.tracker.key_ttl < self.tracker.probe_window {
+            return invalid(
+                "tracker.key_ttl".into(),
+                "must be at least tracker.probe_window, or refusals expire before they can be honored",
+            );
+        }
+        if self.metrics.max_clients == 0 {
+            return invalid("metrics.max_clients".into(), "must be at least 1");
+        }
+        if self.metrics.max_interfaces == 0 {
+            return invalid("metrics.max_interfaces".into(), "must be at least 1");
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, interface) in self.interfaces.iter().enumerate() {
+            let at = |field: &str| format!("interfaces[{i}].{field}");
+            if interface.name.is_empty() {
+                return invalid(at("name"), "must not be empty");
+            }
+            if !names.insert(interface.name.as_str()) {
+                return invalid(at("name"), "another interface has this name");
+            }
+            if let Err(problem) = crate::discovery::split_url(&interface.url) {
+                return invalid(at("url"), &problem);
+            }
+            for (j, endpoint) in interface.endpoints.iter().enumerate() {
+                if !endpoint.path.starts_with('/') {
+                    return invalid(at(&format!("endpoints[{j}].path")), "must start with /");
+                }
+                for method in &endpoint.methods {
+                    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+                        return invalid(
+                            at(&format!("endpoints[{j}].methods")),
+                            "each method must be an HTTP method such as GET or POST",
+                        );
+                    }
+                }
+            }
+            for (j, path) in interface.discovery.paths.iter().enumerate() {
+                if !path.starts_with('/') {
+                    return invalid(at(&format!("discovery.paths[{j}]")), "must start with /");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The YAML error repeats the parent of the key (`tracker: ...`); drop it once the full
+/// path stands in front.
+fn strip_parent_path<'a>(path: &str, message: &'a str) -> &'a str {
+    let mut parent = path;
+    while let Some(cut) = parent.rfind(['.', '[']) {
+        parent = &parent[..cut];
+        if let Some(rest) = message
+            .strip_prefix(parent)
+            .and_then(|m| m.strip_prefix(": "))
+        {
+            return rest;
+        }
+    }
+    message
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    text.parse().map_err(|_| {
+        de::Error::custom(format!(
+            "`{text}` is not an address and port such as 127.0.0.1:4317"
+        ))
+    })
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    humantime::parse_duration(&text).map_err(|e| {
+        de::Error::custom(format!(
+            "`{text}` is not a duration such as 500ms, 3s, 10m or 1h ({e})"
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_defaults_parse_and_match_the_contract() {
+        let c = Config::parse(DEFAULT_CONFIG).expect("the embedded file is valid");
+        assert_eq!(c.receivers.otlp.grpc.endpoint.to_string(), "127.0.0.1:4317");
+        assert_eq!(c.receivers.otlp.http.endpoint.to_string(), "127.0.0.1:4318");
+        assert_eq!(c.admin.endpoint.to_string(), "127.0.0.1:9464");
+        assert_eq!(c.receivers.otlp.http.max_request_body_size_mib, 20);
+        assert_eq!(c.tracker.max_retries, 3);
+        assert_eq!(c.tracker.probe_window, Duration::from_secs(600));
+        assert_eq!(c.tracker.key_ttl, Duration::from_secs(3600));
+        assert_eq!(c.tracker.max_keys, 500_000);
+        assert_eq!(c.metrics.max_clients, 1000);
+        assert_eq!(c.metrics.max_interfaces, 500);
+        assert!(c.interfaces.is_empty());
+    }
+
+    #[test]
+    fn struct_defaults_equal_the_embedded_file() {
+        // The file is what users read; the Default impls are what a partial file falls back to.
+        let file = Config::parse(DEFAULT_CONFIG).expect("the embedded file is valid");
+        let empty = Config::parse("").expect("an empty file is valid");
+        assert_eq!(format!("{file:?}"), format!("{:?}", Config::default()));
+        assert_eq!(format!("{empty:?}"), format!("{:?}", Config::default()));
+    }
+
+    #[test]
+    fn the_contract_example_parses() {
+        let text = "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:14317 }
+    http: { endpoint: 127.0.0.1:14318, max_request_body_size_mib: 1 }
+admin:
+  endpoint: 127.0.0.1:19464
+interfaces:
+  - name: weather-mcp
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints:
+      - path: /mcp
+        methods: [POST]
+    discovery:
+      paths: [/.well-known/mcp.json]
+tracker:
+  max_retries: 3
+  probe_window: 3s
+  key_ttl: 1h
+  max_keys: 100
+metrics:
+  max_clients: 10
+  max_interfaces: 5
+";
+        let c = Config::parse(text).expect("valid");
+        assert_eq!(c.interfaces[0].protocol, Protocol::Mcp);
+        assert_eq!(c.tracker.probe_window, Duration::from_secs(3));
+        assert_eq!(c.tracker.max_keys, 100);
+    }
+
+    #[test]
+    fn bad_configurations_name_the_key() {
+        let cases = [
+            ("tracker: { max_retrys: 3 }", "max_retrys"),
+            ("tracker: { probe_window: soon }", "probe_window"),
+            ("admin: { endpoint: localhost }", "endpoint"),
+            ("tracker: { max_keys: 0 }", "tracker.max_keys"),
+            ("metrics: { max_clients: 0 }", "metrics.max_clients"),
+            (
+                "interfaces: [{ name: a, protocol: mcp, url: 'not a url' }]",
+                "interfaces[0].url",
+            ),
+            (
+                "interfaces: [{ name: a, protocol: soap, url: 'http://x' }]",
+                "protocol",
+            ),
+            (
+                "interfaces: [{ name: a, protocol: http, url: 'http://x', endpoints: [{ path: x }] }]",
+                "interfaces[0].endpoints[0].path",
+            ),
+            (
+                "interfaces: [{ name: a, protocol: http, url: 'http://x' }, { name: a, protocol: http, url: 'http://y' }]",
+                "interfaces[1].name",
+            ),
+            ("receivers: { otlp: { http: { max_request_body_size_mib: 0 } } }", "max_request_body_size_mib"),
+            ("exporters: {}", "exporters"),
+        ];
+        for (text, key) in cases {
+            let err = Config::parse(text).expect_err(text).to_string();
+            assert!(
+                err.contains(key),
+                "{text:?} gave {err:?}, which does not name {key}"
+            );
+        }
+    }
+}

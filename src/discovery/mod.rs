@@ -1,0 +1,339 @@
+//! Interfaces and their contracts: which interface an attempt belongs to, whether its path
+//! is declared, and whether it read a discovery document (DESIGN §3).
+//!
+//! Core: built once from the configuration, then only read. No I/O, no clock; lookups borrow.
+
+pub mod url;
+
+pub use url::split_url;
+
+use crate::config::{InterfaceConfig, Protocol};
+use std::collections::HashMap;
+
+/// The discovery paths every interface has (DESIGN §3).
+pub const DEFAULT_DISCOVERY_PATHS: &[&str] = &[
+    "/.well-known/agent-card.json",
+    "/.well-known/agent.json",
+    "/.well-known/mcp.json",
+    "/.well-known/mcp/server-card.json",
+    "/.well-known/api-catalog",
+    "/openapi.json",
+    "/openapi.yaml",
+];
+
+/// The name of the interface of attempts that name no server.
+pub const UNKNOWN_INTERFACE: &str = "unknown";
+
+/// Whether an interface's contract declares a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Declared {
+    /// One of its endpoints matches.
+    Yes,
+    /// It declares endpoints and none matches.
+    No,
+    /// Nothing is known: an unconfigured interface, or one with no endpoints.
+    Unknown,
+}
+
+/// Which interface an attempt belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceRef<'a> {
+    /// A configured interface, by index.
+    Configured(usize),
+    /// An unconfigured origin: an interface of its own, named by the origin.
+    Origin(&'a str),
+    /// The attempt names no server.
+    Unknown,
+}
+
+/// One configured interface, ready for lookups.
+#[derive(Debug, Clone)]
+pub struct Interface {
+    /// Its name: the `interface` label.
+    pub name: String,
+    /// What it speaks.
+    pub protocol: Protocol,
+    /// Its normalised origin.
+    pub origin: String,
+    /// Its base path (`/` when the URL has none).
+    pub base_path: String,
+    endpoints: Vec<Endpoint>,
+    discovery_paths: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Endpoint {
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone)]
+enum Segment {
+    Literal(String),
+    Param,
+}
+
+impl Endpoint {
+    fn parse(path: &str) -> Endpoint {
+        let segments = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                if s.starts_with('{') && s.ends_with('}') {
+                    Segment::Param
+                } else {
+                    Segment::Literal(s.to_owned())
+                }
+            })
+            .collect();
+        Endpoint { segments }
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        let mut parts = path.split('/').filter(|s| !s.is_empty());
+        for segment in &self.segments {
+            match (segment, parts.next()) {
+                (Segment::Literal(want), Some(got)) if want == got => {}
+                (Segment::Param, Some(_)) => {}
+                _ => return false,
+            }
+        }
+        parts.next().is_none()
+    }
+}
+
+/// The configured interfaces, indexed by origin.
+#[derive(Debug, Clone, Default)]
+pub struct Interfaces {
+    list: Vec<Interface>,
+    by_origin: HashMap<String, Vec<usize>>,
+}
+
+impl Interfaces {
+    /// Builds the registry. The configuration has been validated, so every URL parses.
+    pub fn new(configs: &[InterfaceConfig]) -> Interfaces {
+        let mut registry = Interfaces::default();
+        for config in configs {
+            let Ok(parts) = split_url(&config.url) else {
+                continue;
+            };
+            let base_path = parts.path.trim_end_matches('/');
+            let base_path = if base_path.is_empty() { "/" } else { base_path };
+            let endpoints: Vec<Endpoint> = config
+                .endpoints
+                .iter()
+                .map(|e| Endpoint::parse(&e.path))
+                .collect();
+            let mut discovery_paths = config.discovery.paths.clone();
+            discovery_paths.extend(
+                config
+                    .endpoints
+                    .iter()
+                    .map(|e| format!("{}/server-card", e.path.trim_end_matches('/'))),
+            );
+            registry
+                .by_origin
+                .entry(parts.origin.clone())
+                .or_default()
+                .push(registry.list.len());
+            registry.list.push(Interface {
+                name: config.name.clone(),
+                protocol: config.protocol,
+                origin: parts.origin,
+                base_path: base_path.to_owned(),
+                endpoints,
+                discovery_paths,
+            });
+        }
+        registry
+    }
+
+    /// The configured interface at `index`.
+    pub fn get(&self, index: usize) -> Option<&Interface> {
+        self.list.get(index)
+    }
+
+    /// The interface an attempt on `origin` and `path` belongs to: the configured one on that
+    /// origin whose base path is the longest prefix of the path (segment-wise), else the
+    /// first configured on that origin, else the origin itself.
+    pub fn resolve<'a>(&self, origin: Option<&'a str>, path: Option<&str>) -> InterfaceRef<'a> {
+        let Some(origin) = origin else {
+            return InterfaceRef::Unknown;
+        };
+        let Some(candidates) = self.by_origin.get(origin) else {
+            return InterfaceRef::Origin(origin);
+        };
+        let path = path.unwrap_or("/");
+        let best = candidates
+            .iter()
+            .copied()
+            .filter(|&i| has_path_prefix(path, &self.list[i].base_path))
+            .max_by_key(|&i| self.list[i].base_path.len());
+        InterfaceRef::Configured(best.unwrap_or(candidates[0]))
+    }
+
+    /// The name of an interface: its configured name, its origin, or `unknown`.
+    pub fn name<'a>(&'a self, interface: InterfaceRef<'a>) -> &'a str {
+        match interface {
+            InterfaceRef::Configured(i) => &self.list[i].name,
+            InterfaceRef::Origin(origin) => origin,
+            InterfaceRef::Unknown => UNKNOWN_INTERFACE,
+        }
+    }
+
+    /// Whether `interface` declares `path`. Methods do not matter: a declared path with an
+    /// unlisted method is still declared (the server answers 405, not 404).
+    pub fn declared(&self, interface: InterfaceRef<'_>, path: Option<&str>) -> Declared {
+        let (InterfaceRef::Configured(i), Some(path)) = (interface, path) else {
+            return Declared::Unknown;
+        };
+        let endpoints = &self.list[i].endpoints;
+        if endpoints.is_empty() {
+            Declared::Unknown
+        } else if endpoints.iter().any(|e| e.matches(path)) {
+            Declared::Yes
+        } else {
+            Declared::No
+        }
+    }
+
+    /// Whether `path` is a discovery path of `interface`: a default one, one configured for
+    /// it, or `<endpoint>/server-card`. Unconfigured interfaces accept any `.../server-card`.
+    pub fn is_discovery_path(&self, interface: InterfaceRef<'_>, path: &str) -> bool {
+        let path = if path.len() > 1 {
+            path.trim_end_matches('/')
+        } else {
+            path
+        };
+        if DEFAULT_DISCOVERY_PATHS.contains(&path) {
+            return true;
+        }
+        match interface {
+            InterfaceRef::Configured(i) => self.list[i].discovery_paths.iter().any(|p| p == path),
+            _ => path.ends_with("/server-card"),
+        }
+    }
+}
+
+fn has_path_prefix(path: &str, base: &str) -> bool {
+    base == "/"
+        || path == base
+        || (path.starts_with(base) && path.as_bytes().get(base.len()) == Some(&b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DiscoveryConfig, EndpointConfig};
+
+    fn interface(name: &str, url: &str, endpoints: &[&str]) -> InterfaceConfig {
+        InterfaceConfig {
+            name: name.into(),
+            protocol: Protocol::Http,
+            url: url.into(),
+            endpoints: endpoints
+                .iter()
+                .map(|p| EndpointConfig {
+                    path: (*p).into(),
+                    methods: vec![],
+                })
+                .collect(),
+            discovery: DiscoveryConfig {
+                paths: vec!["/docs/contract.json".into()],
+            },
+        }
+    }
+
+    fn registry() -> Interfaces {
+        Interfaces::new(&[
+            interface(
+                "a2a",
+                "http://agent.test/a2a/v1",
+                &["/a2a/v1", "/a2a/tasks/{id}"],
+            ),
+            interface(
+                "admin",
+                "http://agent.test/admin",
+                &["/admin/users/{id}/roles"],
+            ),
+            interface("bare", "http://bare.test:8080", &[]),
+        ])
+    }
+
+    #[test]
+    fn resolution_takes_the_longest_base_path_then_the_first() {
+        let r = registry();
+        let origin = Some("http://agent.test");
+        assert_eq!(
+            r.resolve(origin, Some("/a2a/v1/x")),
+            InterfaceRef::Configured(0)
+        );
+        assert_eq!(
+            r.resolve(origin, Some("/admin/users")),
+            InterfaceRef::Configured(1)
+        );
+        assert_eq!(
+            r.resolve(origin, Some("/adminx")),
+            InterfaceRef::Configured(0)
+        );
+        assert_eq!(
+            r.resolve(origin, Some("/.well-known/agent-card.json")),
+            InterfaceRef::Configured(0)
+        );
+        assert_eq!(
+            r.resolve(Some("http://other.test"), Some("/")),
+            InterfaceRef::Origin("http://other.test")
+        );
+        assert_eq!(r.resolve(None, Some("/x")), InterfaceRef::Unknown);
+        assert_eq!(r.name(InterfaceRef::Unknown), "unknown");
+        assert_eq!(r.name(InterfaceRef::Origin("http://o")), "http://o");
+        assert_eq!(r.name(InterfaceRef::Configured(1)), "admin");
+    }
+
+    #[test]
+    fn declared_paths_match_exactly_or_by_template() {
+        let r = registry();
+        let a2a = InterfaceRef::Configured(0);
+        let cases = [
+            (a2a, Some("/a2a/v1"), Declared::Yes),
+            (a2a, Some("/a2a/v1/"), Declared::Yes),
+            (a2a, Some("/a2a/tasks/t-17"), Declared::Yes),
+            (a2a, Some("/a2a/tasks"), Declared::No),
+            (a2a, Some("/a2a/tasks/t-17/cancel"), Declared::No),
+            (a2a, Some("/a2a/v2"), Declared::No),
+            (
+                InterfaceRef::Configured(1),
+                Some("/admin/users/7/roles"),
+                Declared::Yes,
+            ),
+            (
+                InterfaceRef::Configured(2),
+                Some("/anything"),
+                Declared::Unknown,
+            ),
+            (
+                InterfaceRef::Origin("http://o"),
+                Some("/x"),
+                Declared::Unknown,
+            ),
+            (InterfaceRef::Unknown, Some("/x"), Declared::Unknown),
+            (a2a, None, Declared::Unknown),
+        ];
+        for (interface, path, want) in cases {
+            assert_eq!(r.declared(interface, path), want, "{interface:?} {path:?}");
+        }
+    }
+
+    #[test]
+    fn discovery_paths_are_defaults_configured_and_server_cards() {
+        let r = registry();
+        let a2a = InterfaceRef::Configured(0);
+        assert!(r.is_discovery_path(a2a, "/.well-known/agent-card.json"));
+        assert!(r.is_discovery_path(a2a, "/openapi.yaml"));
+        assert!(r.is_discovery_path(a2a, "/docs/contract.json"));
+        assert!(r.is_discovery_path(a2a, "/a2a/v1/server-card"));
+        assert!(!r.is_discovery_path(a2a, "/a2a/v2/server-card"));
+        assert!(!r.is_discovery_path(a2a, "/a2a/v1"));
+        assert!(r.is_discovery_path(InterfaceRef::Origin("http://o"), "/mcp/server-card"));
+        assert!(!r.is_discovery_path(InterfaceRef::Origin("http://o"), "/docs/contract.json"));
+    }
+}

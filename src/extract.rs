@@ -1,0 +1,833 @@
+//! Extraction: one OTLP span (and its resource) → one [`Attempt`] (DESIGN §3).
+//!
+//! Core: pure. It reads each attribute once, borrows every string it keeps from the decoded
+//! request, and allocates only the normalised origin. It does not classify, log, count or
+//! look at a clock; a span that is not an attempt comes back as a [`Skip`] reason.
+
+use crate::discovery::{url, InterfaceRef, Interfaces};
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
+
+/// The protocol family of an attempt, which decides how its codes are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Model Context Protocol (`mcp.method.name`).
+    Mcp,
+    /// Agent2Agent (`a2a.method.name`).
+    A2a,
+    /// Plain JSON-RPC (`rpc.system` = `jsonrpc`).
+    JsonRpc,
+    /// gRPC (`rpc.system` = `grpc`).
+    Grpc,
+    /// Plain HTTP (`http.request.method`).
+    Http,
+}
+
+/// Why a span is not an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Skip {
+    /// Its kind is not CLIENT.
+    NotClient,
+    /// A client span of no protocol family refusal-gate knows.
+    NoProtocol,
+}
+
+impl Skip {
+    /// The `reason` label of `refusal_gate_spans_skipped_total`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Skip::NotClient => "not_client",
+            Skip::NoProtocol => "no_protocol",
+        }
+    }
+}
+
+/// Who sent an attempt: resource `service.name` and `service.instance.id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Client<'a> {
+    /// `service.name`, or `unknown_service`.
+    pub name: &'a str,
+    /// `service.instance.id`, when present.
+    pub instance: Option<&'a str>,
+}
+
+/// What an attempt asked for; the third part of the tracker's key. Two borrowed parts
+/// stand for `METHOD path`, `method target` or `service/method` without formatting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Operation<'a> {
+    /// HTTP method, JSON-RPC method, or gRPC service.
+    pub verb: &'a str,
+    /// Path, target (tool, prompt, resource), or gRPC method; may be empty.
+    pub target: &'a str,
+    /// Whether this is a gRPC `service/method`.
+    pub grpc: bool,
+}
+
+impl std::fmt::Display for Operation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.grpc, self.target.is_empty()) {
+            (_, true) => f.write_str(self.verb),
+            (true, false) => write!(f, "{}/{}", self.verb, self.target),
+            (false, false) => write!(f, "{} {}", self.verb, self.target),
+        }
+    }
+}
+
+/// The response signals of an attempt, as read from its attributes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signal<'a> {
+    /// `http.response.status_code` / `http.status_code`.
+    pub http_status: Option<u16>,
+    /// A non-zero JSON-RPC error code.
+    pub jsonrpc_code: Option<i64>,
+    /// A gRPC status code.
+    pub grpc_code: Option<i32>,
+    /// What says the attempt timed out (an `error.type` or `exception.type`), if anything.
+    pub timeout: Option<&'a str>,
+    /// `error.type`, when present.
+    pub error_type: Option<&'a str>,
+    /// The span's status is ERROR.
+    pub status_error: bool,
+}
+
+/// One client span read as one attempt of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt<'a> {
+    /// Who sent it.
+    pub client: Client<'a>,
+    /// Its protocol family.
+    pub family: Family,
+    /// `scheme://host[:port]` of the server, when the span names one.
+    pub origin: Option<String>,
+    /// The URL's path, when the span has one.
+    pub path: Option<&'a str>,
+    /// The HTTP method, when the span has one.
+    pub http_method: Option<&'a str>,
+    /// What it asked for.
+    pub operation: Operation<'a>,
+    /// How it ended.
+    pub signal: Signal<'a>,
+    /// The client marked it as a resend.
+    pub resend: bool,
+    /// Start, in Unix nanoseconds.
+    pub start: u64,
+    /// End, in Unix nanoseconds; never before `start`.
+    pub end: u64,
+    /// The span's trace id (16 bytes when valid).
+    pub trace_id: &'a [u8],
+    /// The span's id (8 bytes when valid).
+    pub span_id: &'a [u8],
+}
+
+/// The attributes extraction reads, one slot each, filled in one pass.
+#[derive(Default)]
+struct Slots<'a> {
+    mcp_method: Option<&'a str>,
+    a2a_method: Option<&'a str>,
+    rpc_system: Option<&'a str>,
+    rpc_method: Option<&'a str>,
+    rpc_service: Option<&'a str>,
+    http_method: Option<&'a str>,
+    http_method_legacy: Option<&'a str>,
+    url_full: Option<&'a str>,
+    http_url: Option<&'a str>,
+    url_scheme: Option<&'a str>,
+    http_scheme: Option<&'a str>,
+    server_address: Option<&'a str>,
+    net_peer_name: Option<&'a str>,
+    server_port: Option<i64>,
+    net_peer_port: Option<i64>,
+    url_path: Option<&'a str>,
+    http_target: Option<&'a str>,
+    status: Option<i64>,
+    status_legacy: Option<i64>,
+    jsonrpc_error_code: Option<&'a AnyValue>,
+    rpc_response_status: Option<&'a AnyValue>,
+    rpc_status: Option<&'a AnyValue>,
+    grpc_status: Option<i64>,
+    error_type: Option<&'a str>,
+    resend: Option<i64>,
+    tool: Option<&'a str>,
+    prompt: Option<&'a str>,
+    resource_uri: Option<&'a str>,
+}
+
+fn as_str(v: &AnyValue) -> Option<&str> {
+    match &v.value {
+        Some(Value::StringValue(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// An integer, or a string holding one.
+fn as_int(v: &AnyValue) -> Option<i64> {
+    match &v.value {
+        Some(Value::IntValue(i)) => Some(*i),
+        Some(Value::StringValue(s)) => s.trim().parse().ok(),
+        Some(Value::DoubleValue(d)) if d.fract() == 0.0 => Some(*d as i64),
+        _ => None,
+    }
+}
+
+impl<'a> Slots<'a> {
+    fn fill(&mut self, attributes: &'a [KeyValue]) {
+        for kv in attributes {
+            let Some(v) = kv.value.as_ref() else { continue };
+            match kv.key.as_str() {
+                "mcp.method.name" => self.mcp_method = as_str(v),
+                "a2a.method.name" => self.a2a_method = as_str(v),
+                "rpc.system" | "rpc.system.name" => self.rpc_system = self.rpc_system.or(as_str(v)),
+                "rpc.method" => self.rpc_method = as_str(v),
+                "rpc.service" => self.rpc_service = as_str(v),
+                "http.request.method" => self.http_method = as_str(v),
+                "http.method" => self.http_method_legacy = as_str(v),
+                "url.full" => self.url_full = as_str(v),
+                "http.url" => self.http_url = as_str(v),
+                "url.scheme" => self.url_scheme = as_str(v),
+                "http.scheme" => self.http_scheme = as_str(v),
+                "server.address" => self.server_address = as_str(v),
+                "net.peer.name" => self.net_peer_name = as_str(v),
+                "server.port" => self.server_port = as_int(v),
+                "net.peer.port" => self.net_peer_port = as_int(v),
+                "url.path" => self.url_path = as_str(v),
+                "http.target" => self.http_target = as_str(v),
+                "http.response.status_code" => self.status = as_int(v),
+                "http.status_code" => self.status_legacy = as_int(v),
+                "rpc.jsonrpc.error_code" => self.jsonrpc_error_code = Some(v),
+                "rpc.response.status_code" => self.rpc_response_status = Some(v),
+                "rpc.status_code" => self.rpc_status = Some(v),
+                "rpc.grpc.status_code" => self.grpc_status = as_int(v),
+                "error.type" => self.error_type = as_str(v),
+                "http.request.resend_count" | "http.resend_count" | "http.retry_count" => {
+                    self.resend = self.resend.max(as_int(v))
+                }
+                "gen_ai.tool.name" => self.tool = as_str(v),
+                "gen_ai.prompt.name" => self.prompt = as_str(v),
+                "mcp.resource.uri" => self.resource_uri = as_str(v),
+                _ => {}
+            }
+        }
+    }
+
+    fn family(&self) -> Option<Family> {
+        if self.mcp_method.is_some() {
+            Some(Family::Mcp)
+        } else if self.a2a_method.is_some() {
+            Some(Family::A2a)
+        } else if self.rpc_system == Some("jsonrpc") {
+            Some(Family::JsonRpc)
+        } else if self.rpc_system == Some("grpc") {
+            Some(Family::Grpc)
+        } else if self.http_method.or(self.http_method_legacy).is_some() {
+            Some(Family::Http)
+        } else {
+            None
+        }
+    }
+}
+
+/// The gRPC status codes by name, indexed by number.
+pub const GRPC_CODE_NAMES: [&str; 17] = [
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+];
+
+/// A gRPC code given as a number or a name (`UNIMPLEMENTED`, `unimplemented`).
+fn grpc_code(v: &AnyValue) -> Option<i32> {
+    if let Some(n) = as_int(v) {
+        return i32::try_from(n).ok();
+    }
+    let name = as_str(v)?.trim();
+    GRPC_CODE_NAMES
+        .iter()
+        .position(|c| c.eq_ignore_ascii_case(name))
+        .map(|i| i as i32)
+}
+
+fn says_timeout(text: &str) -> bool {
+    const WORDS: [&[u8]; 3] = [b"timeout", b"timedout", b"deadline"];
+    let bytes = text.as_bytes();
+    WORDS.iter().any(|w| {
+        bytes
+            .windows(w.len())
+            .any(|window| window.eq_ignore_ascii_case(w))
+    })
+}
+
+/// The word after `method` in a span name such as `MCP send tools/call get_weather`.
+fn target_in_name<'a>(name: &'a str, method: &str) -> Option<&'a str> {
+    let mut words = name.split_ascii_whitespace();
+    words.by_ref().find(|w| *w == method)?;
+    words.next()
+}
+
+/// Reads one span as an attempt.
+///
+/// # Errors
+/// A [`Skip`] when the span is not a CLIENT span or belongs to no known protocol family.
+pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'a>, Skip> {
+    if span.kind != SpanKind::Client as i32 {
+        return Err(Skip::NotClient);
+    }
+    let mut s = Slots::default();
+    s.fill(&span.attributes);
+    let family = s.family().ok_or(Skip::NoProtocol)?;
+
+    let mut client = Client {
+        name: "unknown_service",
+        instance: None,
+    };
+    for kv in resource {
+        match kv.key.as_str() {
+            "service.name" => {
+                if let Some(name) = kv.value.as_ref().and_then(as_str).filter(|n| !n.is_empty()) {
+                    client.name = name;
+                }
+            }
+            "service.instance.id" => client.instance = kv.value.as_ref().and_then(as_str),
+            _ => {}
+        }
+    }
+
+    let (origin, path) = locate(&s);
+    let http_method = s.http_method.or(s.http_method_legacy);
+
+    let http_status = s
+        .status
+        .or(s.status_legacy)
+        .and_then(|c| u16::try_from(c).ok());
+    let rpc_status = s.rpc_response_status.or(s.rpc_status);
+    let (jsonrpc_code, grpc_code) = if family == Family::Grpc {
+        let code = s
+            .grpc_status
+            .and_then(|c| i32::try_from(c).ok())
+            .or_else(|| rpc_status.and_then(grpc_code));
+        (None, code)
+    } else {
+        let from_error_type = match family {
+            Family::Mcp | Family::A2a | Family::JsonRpc => {
+                s.error_type.and_then(|t| t.trim().parse::<i64>().ok())
+            }
+            _ => None,
+        };
+        let code = s
+            .jsonrpc_error_code
+            .and_then(as_int)
+            .or_else(|| rpc_status.and_then(as_int))
+            .or(from_error_type)
+            .filter(|c| *c != 0);
+        (code, None)
+    };
+
+    let mut timeout = s.error_type.filter(|t| says_timeout(t));
+    if timeout.is_none() {
+        timeout = span
+            .events
+            .iter()
+            .filter(|e| e.name == "exception")
+            .flat_map(|e| e.attributes.iter())
+            .filter(|kv| kv.key == "exception.type")
+            .filter_map(|kv| kv.value.as_ref().and_then(as_str))
+            .find(|t| says_timeout(t));
+    }
+
+    let operation = match family {
+        Family::Http => Operation {
+            verb: http_method.unwrap_or(""),
+            target: path.unwrap_or("/"),
+            grpc: false,
+        },
+        Family::Grpc => match s.rpc_service {
+            Some(service) => Operation {
+                verb: service,
+                target: s.rpc_method.unwrap_or(""),
+                grpc: true,
+            },
+            None => Operation {
+                verb: s.rpc_method.unwrap_or(&span.name),
+                target: "",
+                grpc: true,
+            },
+        },
+        Family::Mcp | Family::A2a | Family::JsonRpc => {
+            let method = s
+                .mcp_method
+                .or(s.a2a_method)
+                .or(s.rpc_method)
+                .unwrap_or(&span.name);
+            let target = s
+                .tool
+                .or(s.prompt)
+                .or(s.resource_uri)
+                .or_else(|| target_in_name(&span.name, method))
+                .unwrap_or("");
+            Operation {
+                verb: method,
+                target,
+                grpc: false,
+            }
+        }
+    };
+
+    Ok(Attempt {
+        client,
+        family,
+        origin,
+        path,
+        http_method,
+        operation,
+        signal: Signal {
+            http_status,
+            jsonrpc_code,
+            grpc_code,
+            timeout,
+            error_type: s.error_type,
+            status_error: span
+                .status
+                .as_ref()
+                .is_some_and(|st| st.code == StatusCode::Error as i32),
+        },
+        resend: s.resend.is_some_and(|n| n > 0),
+        start: span.start_time_unix_nano,
+        end: span.end_time_unix_nano.max(span.start_time_unix_nano),
+        trace_id: &span.trace_id,
+        span_id: &span.span_id,
+    })
+}
+
+/// Origin and path from `url.full`/`http.url`, else from scheme, server, port and path.
+fn locate<'a>(s: &Slots<'a>) -> (Option<String>, Option<&'a str>) {
+    if let Some(Ok(parts)) = s.url_full.or(s.http_url).map(url::split_url) {
+        return (Some(parts.origin), Some(parts.path));
+    }
+    let path = s.url_path.or(s.http_target).map(url::path_of);
+    let Some(host) = s
+        .server_address
+        .or(s.net_peer_name)
+        .filter(|h| !h.is_empty())
+    else {
+        return (None, path);
+    };
+    let port = s
+        .server_port
+        .or(s.net_peer_port)
+        .and_then(|p| u16::try_from(p).ok());
+    // With no scheme on the span, 443 means https and anything else http: what the
+    // MCP, A2A and JSON-RPC SDKs put on the wire in practice.
+    let scheme = s
+        .url_scheme
+        .or(s.http_scheme)
+        .unwrap_or(if port == Some(443) { "https" } else { "http" });
+    (Some(url::origin(scheme, host, port)), path)
+}
+
+/// MCP and A2A methods that read an interface's contract.
+const DISCOVERY_METHODS: &[&str] = &[
+    "server/discover",
+    "initialize",
+    "GetExtendedAgentCard",
+    "agent/getAuthenticatedExtendedCard",
+];
+
+/// The gRPC reflection services.
+const REFLECTION_SERVICES: &[&str] = &[
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// Whether a *successful* attempt read `interface`'s discovery document (DESIGN §3): a GET
+/// of a discovery path, an MCP or A2A discovery method, or gRPC server reflection. The
+/// caller decides success (class `ok`).
+pub fn reads_discovery(
+    attempt: &Attempt<'_>,
+    interfaces: &Interfaces,
+    interface: InterfaceRef<'_>,
+) -> bool {
+    let http_get = attempt
+        .http_method
+        .is_some_and(|m| m.eq_ignore_ascii_case("GET"));
+    if http_get
+        && attempt
+            .signal
+            .http_status
+            .is_some_and(|s| (200..300).contains(&s))
+        && attempt
+            .path
+            .is_some_and(|p| interfaces.is_discovery_path(interface, p))
+    {
+        return true;
+    }
+    match attempt.family {
+        Family::Mcp | Family::A2a => DISCOVERY_METHODS.contains(&attempt.operation.verb),
+        Family::Grpc => REFLECTION_SERVICES
+            .iter()
+            .any(|svc| attempt.operation.verb.starts_with(svc)),
+        Family::JsonRpc | Family::Http => false,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::trace::v1::span::Event;
+    use opentelemetry_proto::tonic::trace::v1::Status;
+
+    /// A string attribute.
+    pub fn s(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            key_strindex: 0,
+            value: Some(AnyValue {
+                value: Some(Value::StringValue(value.into())),
+            }),
+        }
+    }
+
+    /// An integer attribute.
+    pub fn i(key: &str, value: i64) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            key_strindex: 0,
+            value: Some(AnyValue {
+                value: Some(Value::IntValue(value)),
+            }),
+        }
+    }
+
+    /// A CLIENT span with these attributes, 100..120 ns.
+    pub fn span(name: &str, attributes: Vec<KeyValue>) -> Span {
+        Span {
+            name: name.into(),
+            kind: SpanKind::Client as i32,
+            start_time_unix_nano: 100,
+            end_time_unix_nano: 120,
+            attributes,
+            trace_id: vec![1; 16],
+            span_id: vec![2; 8],
+            ..Default::default()
+        }
+    }
+
+    fn resource() -> Vec<KeyValue> {
+        vec![s("service.name", "agent"), s("service.instance.id", "i-1")]
+    }
+
+    #[test]
+    fn families_are_recognised_in_order() {
+        let r = resource();
+        let cases = [
+            (
+                vec![
+                    s("mcp.method.name", "tools/call"),
+                    s("http.request.method", "POST"),
+                ],
+                Family::Mcp,
+            ),
+            (vec![s("a2a.method.name", "SendMessage")], Family::A2a),
+            (vec![s("rpc.system", "jsonrpc")], Family::JsonRpc),
+            (vec![s("rpc.system.name", "jsonrpc")], Family::JsonRpc),
+            (vec![s("rpc.system", "grpc")], Family::Grpc),
+            (vec![s("http.request.method", "GET")], Family::Http),
+            (vec![s("http.method", "GET")], Family::Http),
+        ];
+        for (attrs, family) in cases {
+            let sp = span("x", attrs);
+            assert_eq!(extract(&r, &sp).expect("attempt").family, family);
+        }
+        let none = span("x", vec![s("db.system", "postgresql")]);
+        assert_eq!(extract(&r, &none), Err(Skip::NoProtocol));
+        let mut server = span("x", vec![s("http.request.method", "GET")]);
+        server.kind = SpanKind::Server as i32;
+        assert_eq!(extract(&r, &server), Err(Skip::NotClient));
+    }
+
+    #[test]
+    fn urls_come_from_full_urls_or_their_parts() {
+        let r = resource();
+        let cases = [
+            (
+                vec![s("url.full", "http://Api.test:80/v1/x?q=1")],
+                Some("http://api.test"),
+                Some("/v1/x"),
+            ),
+            (
+                vec![s("http.url", "https://api.test:8443/y")],
+                Some("https://api.test:8443"),
+                Some("/y"),
+            ),
+            (
+                vec![
+                    s("url.scheme", "https"),
+                    s("server.address", "api.test"),
+                    i("server.port", 443),
+                    s("url.path", "/z"),
+                ],
+                Some("https://api.test"),
+                Some("/z"),
+            ),
+            (
+                vec![
+                    s("http.scheme", "http"),
+                    s("net.peer.name", "api.test"),
+                    i("net.peer.port", 8080),
+                    s("http.target", "/t?x"),
+                ],
+                Some("http://api.test:8080"),
+                Some("/t"),
+            ),
+            (
+                vec![s("server.address", "mcp.test"), i("server.port", 8080)],
+                Some("http://mcp.test:8080"),
+                None,
+            ),
+            (
+                vec![s("server.address", "mcp.test"), i("server.port", 443)],
+                Some("https://mcp.test"),
+                None,
+            ),
+            (vec![s("url.path", "/only")], None, Some("/only")),
+        ];
+        for (mut attrs, origin, path) in cases {
+            attrs.push(s("http.request.method", "GET"));
+            let sp = span("x", attrs);
+            let a = extract(&r, &sp).expect("attempt");
+            assert_eq!(a.origin.as_deref(), origin);
+            assert_eq!(a.path, path);
+        }
+    }
+
+    #[test]
+    fn codes_are_read_by_family() {
+        let r = resource();
+        let cases: Vec<(Vec<KeyValue>, Signal)> = vec![
+            (
+                vec![
+                    s("http.request.method", "GET"),
+                    i("http.response.status_code", 404),
+                ],
+                Signal {
+                    http_status: Some(404),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("http.method", "GET"), s("http.status_code", "503")],
+                Signal {
+                    http_status: Some(503),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![
+                    s("rpc.system", "jsonrpc"),
+                    i("rpc.jsonrpc.error_code", -32601),
+                ],
+                Signal {
+                    jsonrpc_code: Some(-32601),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![
+                    s("mcp.method.name", "x"),
+                    s("rpc.response.status_code", "-32602"),
+                ],
+                Signal {
+                    jsonrpc_code: Some(-32602),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("a2a.method.name", "x"), s("rpc.status_code", "-32001")],
+                Signal {
+                    jsonrpc_code: Some(-32001),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("mcp.method.name", "x"), s("error.type", "-32601")],
+                Signal {
+                    jsonrpc_code: Some(-32601),
+                    error_type: Some("-32601"),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("http.request.method", "GET"), s("error.type", "-32601")],
+                Signal {
+                    error_type: Some("-32601"),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("rpc.system", "grpc"), i("rpc.grpc.status_code", 12)],
+                Signal {
+                    grpc_code: Some(12),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![
+                    s("rpc.system", "grpc"),
+                    s("rpc.response.status_code", "UNAVAILABLE"),
+                ],
+                Signal {
+                    grpc_code: Some(14),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![s("rpc.system.name", "grpc"), s("rpc.status_code", "8")],
+                Signal {
+                    grpc_code: Some(8),
+                    ..Default::default()
+                },
+            ),
+            (
+                vec![
+                    s("http.request.method", "GET"),
+                    s("error.type", "java.net.SocketTimeoutException"),
+                ],
+                Signal {
+                    timeout: Some("java.net.SocketTimeoutException"),
+                    error_type: Some("java.net.SocketTimeoutException"),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (attrs, want) in cases {
+            let sp = span("x", attrs.clone());
+            assert_eq!(extract(&r, &sp).expect("attempt").signal, want, "{attrs:?}");
+        }
+    }
+
+    #[test]
+    fn timeouts_come_from_exception_events_and_status_is_read() {
+        let r = resource();
+        let mut sp = span("x", vec![s("http.method", "GET")]);
+        sp.events.push(Event {
+            name: "exception".into(),
+            attributes: vec![s("exception.type", "httpx.ReadTimeout")],
+            ..Default::default()
+        });
+        sp.status = Some(Status {
+            code: StatusCode::Error as i32,
+            message: String::new(),
+        });
+        let a = extract(&r, &sp).expect("attempt");
+        assert_eq!(a.signal.timeout, Some("httpx.ReadTimeout"));
+        assert!(a.signal.status_error);
+    }
+
+    #[test]
+    fn operations_clients_and_resends() {
+        let r = resource();
+        let cases = [
+            (
+                span(
+                    "POST",
+                    vec![
+                        s("http.request.method", "POST"),
+                        s("url.full", "http://h/a?b"),
+                    ],
+                ),
+                "POST /a",
+            ),
+            (
+                span(
+                    "MCP send tools/call get_weather",
+                    vec![s("mcp.method.name", "tools/call")],
+                ),
+                "tools/call get_weather",
+            ),
+            (
+                span(
+                    "x",
+                    vec![
+                        s("mcp.method.name", "tools/call"),
+                        s("gen_ai.tool.name", "lookup"),
+                    ],
+                ),
+                "tools/call lookup",
+            ),
+            (
+                span(
+                    "x",
+                    vec![
+                        s("mcp.method.name", "prompts/get"),
+                        s("gen_ai.prompt.name", "p"),
+                    ],
+                ),
+                "prompts/get p",
+            ),
+            (
+                span(
+                    "x",
+                    vec![
+                        s("mcp.method.name", "resources/read"),
+                        s("mcp.resource.uri", "file:///a"),
+                    ],
+                ),
+                "resources/read file:///a",
+            ),
+            (
+                span("x", vec![s("mcp.method.name", "initialize")]),
+                "initialize",
+            ),
+            (
+                span(
+                    "x",
+                    vec![
+                        s("rpc.system", "grpc"),
+                        s("rpc.service", "pkg.Svc"),
+                        s("rpc.method", "Get"),
+                    ],
+                ),
+                "pkg.Svc/Get",
+            ),
+            (
+                span(
+                    "x",
+                    vec![s("rpc.system", "jsonrpc"), s("rpc.method", "eth_call")],
+                ),
+                "eth_call",
+            ),
+        ];
+        for (sp, want) in cases {
+            assert_eq!(
+                extract(&r, &sp).expect("attempt").operation.to_string(),
+                want
+            );
+        }
+        let sp = span(
+            "x",
+            vec![s("http.method", "GET"), i("http.request.resend_count", 2)],
+        );
+        let a = extract(&r, &sp).expect("attempt");
+        assert!(a.resend);
+        assert_eq!(
+            a.client,
+            Client {
+                name: "agent",
+                instance: Some("i-1")
+            }
+        );
+        let a = extract(&[], &sp).expect("attempt");
+        assert_eq!(a.client.name, "unknown_service");
+    }
+}

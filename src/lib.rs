@@ -1,0 +1,18 @@
+//! refusal-gate: an OpenTelemetry-collector-style processor that reads client spans as
+//! attempts, tags each as refusal, transient, throttled or ambiguous, remembers per client
+//! what each interface refused, and counts the retries that should not have happened.
+//!
+//! The contract is DESIGN.md; the pipeline is decode (edge) → [`extract`] (pure) →
+//! [`classify`] (pure) → [`tracker`] (state) → [`metrics`] (edge).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod app;
+pub mod classify;
+pub mod config;
+pub mod discovery;
+pub mod extract;
+pub mod metrics;
+pub mod receiver;
+pub mod tracker;

@@ -1,0 +1,74 @@
+//! The `refusal-gate` command: parse the command line, load the configuration, run.
+//!
+//! Edge. Configuration errors are reported and exit non-zero before any port is bound.
+#![forbid(unsafe_code)]
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use refusal_gate::config::{Config, DEFAULT_CONFIG};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Classifies agents' client spans and catches retries after refusals.
+#[derive(Parser)]
+#[command(name = "refusal-gate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The configuration file (for `serve`, the default command). Without it, the embedded
+    /// defaults are used.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Receive OTLP traces and serve metrics (the default).
+    Serve,
+    /// Check a configuration file and exit.
+    Validate,
+    /// Print the default configuration, every key with its default.
+    DefaultConfig,
+}
+
+fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Config::load(p).map_err(anyhow::Error::from),
+        None => Ok(Config::default()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::DefaultConfig => {
+            print!("{DEFAULT_CONFIG}");
+            Ok(())
+        }
+        Command::Validate => match &cli.config {
+            None => Err(anyhow::anyhow!("validate needs --config FILE")),
+            Some(path) => load(Some(path)).map(|_| println!("{}: valid", path.display())),
+        },
+        Command::Serve => load(cli.config.as_ref()).and_then(|config| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?
+                .block_on(refusal_gate::app::run(config))
+        }),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("refusal-gate: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

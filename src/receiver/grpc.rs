@@ -1,0 +1,151 @@
+//! The OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
+//!
+//! Edge. tonic frames, decompresses (gzip) and limits the message; a codec of our own hands
+//! the raw message bytes to the shared ingest path instead of decoding them with prost, so
+//! gRPC and HTTP reach the same decoder and one broken span does not fail its request.
+//! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
+
+use super::{decode, wall_clock, Encoding, Pipeline, Transport};
+use bytes::{Buf, Bytes};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
+use prost::Message;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tonic::codec::{
+    Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
+};
+use tonic::codegen::{http, Service};
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::Status;
+
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+/// A codec that decodes to the message's raw bytes and encodes prost responses.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+
+struct RawDecoder;
+struct ResponseEncoder;
+
+impl Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+impl Encoder for ResponseEncoder {
+    type Item = ExportTraceServiceResponse;
+    type Error = Status;
+    fn encode(&mut self, item: Self::Item, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding the response: {e}")))
+    }
+}
+
+impl Codec for RawCodec {
+    type Encode = ExportTraceServiceResponse;
+    type Decode = Bytes;
+    type Encoder = ResponseEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> ResponseEncoder {
+        ResponseEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+/// The `TraceService` as a tower service, for tonic's router.
+#[derive(Clone)]
+pub struct TraceService {
+    pipeline: Arc<Pipeline>,
+    max_message_bytes: usize,
+}
+
+impl TraceService {
+    /// A service that feeds `pipeline`, refusing messages over `max_message_bytes` after
+    /// decompression with `RESOURCE_EXHAUSTED`.
+    pub fn new(pipeline: Arc<Pipeline>, max_message_bytes: usize) -> TraceService {
+        TraceService {
+            pipeline,
+            max_message_bytes,
+        }
+    }
+}
+
+impl NamedService for TraceService {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+struct Export(Arc<Pipeline>);
+
+impl UnaryService<Bytes> for Export {
+    type Response = ExportTraceServiceResponse;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<tonic::Response<Self::Response>, Status>> + Send>>;
+
+    fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
+        let pipeline = Arc::clone(&self.0);
+        Box::pin(async move { export(&pipeline, &request.into_inner()) })
+    }
+}
+
+/// Decodes and ingests one request; the classification runs inline, with no queue hop.
+fn export(
+    pipeline: &Pipeline,
+    body: &[u8],
+) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
+    let started = Instant::now();
+    let metrics = pipeline.metrics();
+    let batch = decode(body, Encoding::Protobuf).map_err(|e| {
+        metrics.refused_request(Transport::Grpc, e.reason());
+        Status::new(e.grpc_code(), e.to_string())
+    })?;
+    let summary = pipeline.ingest(Transport::Grpc, &batch, wall_clock());
+    metrics.batch_duration(Transport::Grpc, started.elapsed().as_secs_f64());
+    let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
+        rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
+        error_message: format!("{} spans could not be decoded", summary.rejected),
+    });
+    Ok(tonic::Response::new(ExportTraceServiceResponse {
+        partial_success,
+    }))
+}
+
+impl<B> Service<http::Request<B>> for TraceService
+where
+    B: http_body::Body + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let pipeline = Arc::clone(&self.pipeline);
+        let limit = self.max_message_bytes;
+        Box::pin(async move {
+            if req.uri().path() != EXPORT_PATH {
+                return Ok(Status::unimplemented("only TraceService/Export is served").into_http());
+            }
+            let mut accept = EnabledCompressionEncodings::default();
+            accept.enable(CompressionEncoding::Gzip);
+            let mut grpc = Grpc::new(RawCodec)
+                .apply_compression_config(accept, EnabledCompressionEncodings::default())
+                .apply_max_message_size_config(Some(limit), None);
+            Ok(grpc.unary(Export(pipeline), req).await)
+        })
+    }
+}

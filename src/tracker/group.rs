@@ -1,0 +1,401 @@
+//! The per-(client instance, interface) state machine: discovery reads, refusals, and for
+//! each operation a short time-ordered history of attempts (DESIGN §5).
+//!
+//! Core: pure. It is fed attempts and the tracker's clock and returns [`Event`]s; it takes
+//! no locks, reads no clock and counts nothing itself. A verdict is a function of the set of
+//! attempts the group holds, not of their arrival order: every attempt stays *pending* until
+//! it settles, and a late attempt re-judges the pending ones it can affect (those that start
+//! after it ends). Settled verdicts never change, so the counters built from them never
+//! go down and count each attempt once.
+
+use super::{Event, Judgement, Nanos, Observation, Params, Violation};
+use crate::classify::{self, Class, Kind, Outcome};
+use crate::discovery::Declared;
+use std::collections::HashMap;
+
+/// Discovery-read end times kept per group, beyond the first (which is always kept).
+const READS_KEPT: usize = 16;
+/// Refusal end times kept per group, for probes.
+const REFUSALS_KEPT: usize = 32;
+/// Pending attempts a key holds beyond its settled history before the oldest settle early:
+/// what bounds memory when one key is flooded within a reorder window.
+const MAX_PENDING_PER_KEY: usize = 256;
+
+/// One attempt in a key's history.
+#[derive(Debug, Clone)]
+struct Entry {
+    start: Nanos,
+    end: Nanos,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    outcome: Outcome,
+    declared_no: bool,
+    read: bool,
+    kind: Kind,
+    violation: Option<Violation>,
+    attempt: u16,
+    settled: bool,
+    judged: bool,
+}
+
+impl Entry {
+    fn order(&self) -> (Nanos, Nanos, [u8; 8]) {
+        (self.start, self.end, self.span_id)
+    }
+
+    fn declared(&self) -> Declared {
+        if self.declared_no {
+            Declared::No
+        } else {
+            Declared::Unknown
+        }
+    }
+}
+
+/// One (client instance, interface, operation) key.
+#[derive(Debug, Default)]
+pub(super) struct Key {
+    /// The tracker's clock when the key last saw an attempt: what TTL and LRU go by.
+    pub(super) last_seen: Nanos,
+    /// Sorted by (start, end, span id); at most `Params::depth` entries.
+    history: Vec<Entry>,
+}
+
+/// One client instance's view of one interface.
+#[derive(Debug)]
+pub(super) struct Group {
+    /// The metrics handle for (client, interface), chosen by the caller.
+    labels: u32,
+    /// The earliest discovery read's end: "has read" is `first_read <= start`.
+    first_read: Option<Nanos>,
+    /// The latest discovery reads' ends, sorted.
+    reads: Vec<Nanos>,
+    /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
+    refusals: Vec<Nanos>,
+    pub(super) keys: HashMap<u64, Key>,
+    /// Attempts not yet settled, the clock when the first of them arrived, and the latest
+    /// start among them (a late attempt that ends after it cannot affect them).
+    pending: u32,
+    first_pending_at: Nanos,
+    latest_pending_start: Nanos,
+}
+
+impl Group {
+    pub(super) fn new(labels: u32) -> Group {
+        Group {
+            labels,
+            first_read: None,
+            reads: Vec::new(),
+            refusals: Vec::new(),
+            keys: HashMap::new(),
+            pending: 0,
+            first_pending_at: 0,
+            latest_pending_start: 0,
+        }
+    }
+
+    /// Whether the group has pending attempts.
+    pub(super) fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+
+    /// Adds one attempt; returns its verdict as now known. The key must exist.
+    pub(super) fn observe(
+        &mut self,
+        now: Nanos,
+        obs: &Observation,
+        p: &Params,
+        out: &mut Vec<Event>,
+    ) -> Option<Judgement> {
+        let entry = Entry {
+            start: obs.start,
+            end: obs.end,
+            trace_id: obs.trace_id,
+            span_id: obs.span_id,
+            outcome: obs.outcome,
+            declared_no: obs.declared == Declared::No,
+            read: obs.outcome == Outcome::Ok && obs.discovery_read,
+            kind: Kind::Ok,
+            violation: None,
+            attempt: 1,
+            settled: false,
+            judged: false,
+        };
+        let key = self.keys.get_mut(&obs.operation)?;
+        key.last_seen = key.last_seen.max(now);
+        let at = key.history.partition_point(|e| e.order() < entry.order());
+        if key.history.get(at).is_some_and(|e| {
+            e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
+        }) {
+            // The same span sent again (an exporter's retry): already counted.
+            return None;
+        }
+        key.history.insert(at, entry);
+
+        let read = obs.outcome == Outcome::Ok && obs.discovery_read;
+        if read {
+            self.first_read = Some(self.first_read.map_or(obs.end, |f| f.min(obs.end)));
+            insert_bounded(&mut self.reads, obs.end, READS_KEPT);
+        }
+        let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
+        if refusal {
+            insert_bounded(&mut self.refusals, obs.end, REFUSALS_KEPT);
+        }
+
+        if self.pending == 0 {
+            self.first_pending_at = now;
+            self.latest_pending_start = obs.start;
+        }
+        self.pending += 1;
+        let others_affected =
+            (read || refusal) && self.pending > 1 && obs.end <= self.latest_pending_start;
+        self.latest_pending_start = self.latest_pending_start.max(obs.start);
+
+        self.rejudge(obs.operation, obs.start, p);
+        if others_affected {
+            let ops: Vec<u64> = self
+                .keys
+                .keys()
+                .copied()
+                .filter(|op| *op != obs.operation)
+                .collect();
+            for op in ops {
+                self.rejudge(op, obs.end, p);
+            }
+        }
+
+        let key = self.keys.get(&obs.operation)?;
+        let at = key.history.iter().position(|e| {
+            e.span_id == obs.span_id && e.start == obs.start && e.trace_id == obs.trace_id
+        })?;
+        let e = &key.history[at];
+        let judgement = Judgement {
+            kind: e.kind,
+            violation: e.violation,
+            attempt: u32::from(e.attempt),
+            discovery_read: read,
+        };
+        self.trim(obs.operation, now, p, out);
+        Some(judgement)
+    }
+
+    /// Re-judges the pending attempts of one key that start at or after `from`, in order.
+    fn rejudge(&mut self, op: u64, from: Nanos, p: &Params) {
+        let Some(key) = self.keys.get(&op) else {
+            return;
+        };
+        let first = key.history.partition_point(|e| e.start < from);
+        for i in first..key.history.len() {
+            let key = &self.keys[&op];
+            if key.history[i].settled {
+                continue;
+            }
+            let (kind, violation, attempt) = self.judge(&key.history, i, p);
+            let e = &mut self
+                .keys
+                .get_mut(&op)
+                .expect("the key was just read")
+                .history[i];
+            e.kind = kind;
+            e.violation = violation;
+            e.attempt = attempt;
+        }
+    }
+
+    /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
+    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> (Kind, Option<Violation>, u16) {
+        let a = &history[i];
+        let read_before = self.first_read.is_some_and(|r| r <= a.start);
+        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
+
+        // Attempts on the key before A: earlier in order, ended no later than A started.
+        let mut before = history[..i].iter().rev().filter(|e| e.end <= a.start);
+        let Some(pred) = before.next() else {
+            return (kind, self.probe(a, p), 1);
+        };
+        let attempt = if pred.kind == Kind::Ok {
+            1
+        } else {
+            pred.attempt.saturating_add(1)
+        };
+        let violation = if pred.kind.class() == Class::Refusal {
+            Some(Violation::RetryAfterRefusal)
+        } else if pred.kind == Kind::UnverifiedRefusal && !self.read_between(pred.end, a.start) {
+            Some(Violation::RetryWithoutDiscovery)
+        } else if pred.kind == Kind::Ambiguous {
+            Some(Violation::RetryAfterAmbiguous)
+        } else if self.budget_exhausted(history, i, p) {
+            Some(Violation::RetryBudgetExhausted)
+        } else {
+            self.probe(a, p)
+        };
+        (kind, violation, attempt)
+    }
+
+    fn read_between(&self, after: Nanos, until: Nanos) -> bool {
+        let from = self.reads.partition_point(|r| *r <= after);
+        self.reads.get(from).is_some_and(|r| *r <= until)
+    }
+
+    /// The latest `max_retries + 1` attempts before A all failed transient or throttled.
+    fn budget_exhausted(&self, history: &[Entry], i: usize, p: &Params) -> bool {
+        let a = &history[i];
+        let needed = p.max_retries as usize + 1;
+        let mut seen = 0;
+        for e in history[..i].iter().rev().filter(|e| e.end <= a.start) {
+            if !e.kind.class().is_retryable_failure() {
+                return false;
+            }
+            seen += 1;
+            if seen == needed {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A asks for an undeclared path within `probe_window` after a refusal's end.
+    fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
+        if !a.declared_no {
+            return None;
+        }
+        let after = a.start.saturating_sub(p.probe_window);
+        let from = self.refusals.partition_point(|r| *r < after);
+        self.refusals
+            .get(from)
+            .filter(|r| **r <= a.start)
+            .map(|_| Violation::ProbeAfterRefusal)
+    }
+
+    /// Keeps a key's history within bounds (see [`trim_key`]).
+    fn trim(&mut self, op: u64, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+        if let Some(key) = self.keys.get_mut(&op) {
+            self.pending -= trim_key(key, self.labels, now, p, out);
+        }
+    }
+
+    /// Settles every pending attempt: their verdicts become final and are counted.
+    pub(super) fn settle(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+        if self.pending == 0 {
+            return;
+        }
+        for key in self.keys.values_mut() {
+            for e in key.history.iter_mut().filter(|e| !e.settled) {
+                e.settled = true;
+                out.push(counted(self.labels, e));
+            }
+            trim_key(key, self.labels, now, p, out);
+        }
+        self.pending = 0;
+    }
+
+    /// Whether the pending attempts have waited `reorder_window` since the first arrived.
+    pub(super) fn due(&self, now: Nanos, p: &Params) -> bool {
+        self.pending > 0 && now >= self.first_pending_at.saturating_add(p.reorder_window)
+    }
+
+    /// Counts the settled refusals whose `probe_window` has passed with no attempt after
+    /// them on their key as honored.
+    pub(super) fn judge_refusals(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+        for key in self.keys.values_mut() {
+            judge_key(key, self.labels, now, p, out);
+        }
+    }
+
+    /// Removes keys for which `expired` holds, settling and judging them first; returns how
+    /// many it removed.
+    pub(super) fn remove_keys(
+        &mut self,
+        now: Nanos,
+        p: &Params,
+        out: &mut Vec<Event>,
+        mut expired: impl FnMut(u64, &Key) -> bool,
+    ) -> usize {
+        let doomed: Vec<u64> = self
+            .keys
+            .iter()
+            .filter(|(op, k)| expired(**op, k))
+            .map(|(op, _)| *op)
+            .collect();
+        for op in &doomed {
+            if let Some(mut key) = self.keys.remove(op) {
+                for e in key.history.iter_mut().filter(|e| !e.settled) {
+                    e.settled = true;
+                    self.pending -= 1;
+                    out.push(counted(self.labels, e));
+                }
+                judge_key(&mut key, self.labels, now, p, out);
+            }
+        }
+        doomed.len()
+    }
+}
+
+/// Keeps a key's history within bounds: beyond `depth` entries the oldest settled ones
+/// leave (refusals among them judged by what the history shows); pending ones stay until they
+/// settle, unless a key holds more than `depth + MAX_PENDING_PER_KEY`, when the oldest settle
+/// early. Returns how many pending entries it settled.
+fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) -> u32 {
+    let mut settled = 0;
+    while key.history.len() > p.depth
+        && (key.history[0].settled || key.history.len() > p.depth + MAX_PENDING_PER_KEY)
+    {
+        let e = key.history.remove(0);
+        if !e.settled {
+            settled += 1;
+            out.push(counted(labels, &e));
+        }
+        if !e.judged && e.kind.class() == Class::Refusal {
+            let window_end = e.end.saturating_add(p.probe_window);
+            let followed = key
+                .history
+                .iter()
+                .any(|f| f.start >= e.end && f.start <= window_end);
+            if !followed && now >= window_end {
+                out.push(Event::Honored { labels });
+            }
+        }
+    }
+    settled
+}
+
+fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+    for i in 0..key.history.len() {
+        let e = &key.history[i];
+        if e.judged || !e.settled || e.kind.class() != Class::Refusal {
+            continue;
+        }
+        let window_end = e.end.saturating_add(p.probe_window);
+        if now < window_end {
+            continue;
+        }
+        let followed = key.history[i + 1..]
+            .iter()
+            .chain(key.history[..i].iter())
+            .any(|f| f.start >= e.end && f.start <= window_end);
+        key.history[i].judged = true;
+        if !followed {
+            out.push(Event::Honored { labels });
+        }
+    }
+}
+
+fn counted(labels: u32, e: &Entry) -> Event {
+    Event::Counted {
+        labels,
+        kind: e.kind,
+        violation: e.violation,
+        discovery_read: e.read,
+        trace_id: e.trace_id,
+        span_id: e.span_id,
+    }
+}
+
+/// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.
+fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
+    let at = v.partition_point(|x| *x <= value);
+    v.insert(at, value);
+    if v.len() > cap {
+        v.remove(0);
+    }
+}

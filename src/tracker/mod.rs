@@ -1,0 +1,391 @@
+//! The tracker: per client instance, interface and operation, what was refused, and which
+//! attempts a client following the decision boundary would not have sent (DESIGN §5).
+//!
+//! The per-group logic ([`group`]) is a pure state machine. This module is the stateful
+//! shell around it: a fixed set of shards, each a `Mutex` over the groups of the client
+//! instances that hash to it, so one client's state is always behind one lock and two
+//! clients rarely contend. A lock is held for one attempt (or one sweep of one shard) and
+//! never across an `.await`: nothing here is async. The caller passes the clock in (the wall
+//! clock when serving, span time when replaying) and records the [`Event`]s it gets back.
+//!
+//! `max_keys` is split evenly over the shards, so the total never exceeds it; eviction is
+//! least-recently-used within a shard, in batches of 1/64 of the shard's share.
+
+mod group;
+
+use crate::classify::Kind;
+use crate::classify::Outcome;
+use crate::config::TrackerConfig;
+use crate::discovery::Declared;
+use group::Group;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Unix time in nanoseconds: span times and the tracker's clock alike.
+pub type Nanos = u64;
+
+/// The most shards; fewer when `max_keys` is small, so every shard can hold a key.
+const MAX_SHARDS: usize = 16;
+
+/// A violation of the decision boundary (DESIGN §5), in priority order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Violation {
+    /// Retried after an authoritative refusal.
+    RetryAfterRefusal,
+    /// Retried after an unverified refusal without reading the discovery document.
+    RetryWithoutDiscovery,
+    /// Retried after an ambiguous failure.
+    RetryAfterAmbiguous,
+    /// Retried past `max_retries` transient or throttled failures.
+    RetryBudgetExhausted,
+    /// Asked for another undeclared path soon after a refusal.
+    ProbeAfterRefusal,
+}
+
+impl Violation {
+    /// Every violation, in priority order.
+    pub const ALL: [Violation; 5] = [
+        Violation::RetryAfterRefusal,
+        Violation::RetryWithoutDiscovery,
+        Violation::RetryAfterAmbiguous,
+        Violation::RetryBudgetExhausted,
+        Violation::ProbeAfterRefusal,
+    ];
+
+    /// The `violation` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Violation::RetryAfterRefusal => "retry_after_refusal",
+            Violation::RetryWithoutDiscovery => "retry_without_discovery",
+            Violation::RetryAfterAmbiguous => "retry_after_ambiguous",
+            Violation::RetryBudgetExhausted => "retry_budget_exhausted",
+            Violation::ProbeAfterRefusal => "probe_after_refusal",
+        }
+    }
+
+    /// The alert it raises.
+    pub fn alert_name(self) -> &'static str {
+        match self {
+            Violation::RetryAfterRefusal => "RetryAfterAuthoritativeRefusal",
+            Violation::RetryWithoutDiscovery => "RetryWithoutDiscovery",
+            Violation::RetryAfterAmbiguous => "RetryAfterAmbiguousResponse",
+            Violation::RetryBudgetExhausted => "RetryBudgetExhausted",
+            Violation::ProbeAfterRefusal => "ProbingAfterRefusal",
+        }
+    }
+
+    /// Whether a client following the decision boundary would not have sent the request.
+    /// Probes are reported, but not counted as avoidable.
+    pub fn is_avoidable(self) -> bool {
+        self != Violation::ProbeAfterRefusal
+    }
+}
+
+/// Who and where: one client instance on one interface. The ids are hashes chosen by the
+/// caller (of `service.name` + `service.instance.id`, and of the interface name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GroupId {
+    /// The client instance.
+    pub client: u64,
+    /// The interface.
+    pub interface: u64,
+}
+
+/// What the tracker needs of one attempt.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation {
+    /// The client instance and interface.
+    pub group: GroupId,
+    /// A hash of the operation.
+    pub operation: u64,
+    /// An opaque handle the caller wants back on this group's events (its metric labels).
+    pub labels: u32,
+    /// Start, Unix nanoseconds.
+    pub start: Nanos,
+    /// End, Unix nanoseconds, not before `start`.
+    pub end: Nanos,
+    /// What the response said.
+    pub outcome: Outcome,
+    /// Whether the interface declares the path.
+    pub declared: Declared,
+    /// Whether the attempt, if it succeeded, read the interface's discovery document.
+    pub discovery_read: bool,
+    /// The span's trace id.
+    pub trace_id: [u8; 16],
+    /// The span's id.
+    pub span_id: [u8; 8],
+}
+
+/// An attempt's verdict as known when it arrived: what its span is tagged with. The
+/// counted verdict may differ when later spans arrive before it settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judgement {
+    /// Its kind (and so its class).
+    pub kind: Kind,
+    /// The violation it commits, if any.
+    pub violation: Option<Violation>,
+    /// 1 for a first attempt, n for the n-th in a row of failures on its key.
+    pub attempt: u32,
+    /// Whether it read the interface's discovery document.
+    pub discovery_read: bool,
+}
+
+/// Why keys left the tracker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eviction {
+    /// No attempt for `key_ttl`.
+    Ttl,
+    /// `max_keys` was reached.
+    Capacity,
+}
+
+impl Eviction {
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Eviction::Ttl => "ttl",
+            Eviction::Capacity => "capacity",
+        }
+    }
+}
+
+/// What the tracker reports for the caller to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// An attempt's verdict became final: count it once.
+    Counted {
+        /// The group's labels handle.
+        labels: u32,
+        /// Its kind (and so its class).
+        kind: Kind,
+        /// The violation it commits, if any.
+        violation: Option<Violation>,
+        /// Whether it read the interface's discovery document.
+        discovery_read: bool,
+        /// The span's trace id.
+        trace_id: [u8; 16],
+        /// The span's id.
+        span_id: [u8; 8],
+    },
+    /// A refusal was not retried within `probe_window`.
+    Honored {
+        /// The group's labels handle.
+        labels: u32,
+    },
+    /// Keys were evicted.
+    Evicted {
+        /// Why.
+        reason: Eviction,
+        /// How many.
+        keys: usize,
+    },
+}
+
+/// The tracker's settings in the units it works in.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    max_retries: u32,
+    probe_window: Nanos,
+    key_ttl: Nanos,
+    reorder_window: Nanos,
+    /// Attempts kept per key.
+    depth: usize,
+}
+
+impl Params {
+    /// From the configuration.
+    pub fn new(c: &TrackerConfig) -> Params {
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        Params {
+            max_retries: c.max_retries,
+            probe_window: nanos(c.probe_window),
+            key_ttl: nanos(c.key_ttl),
+            reorder_window: nanos(c.reorder_window),
+            // The budget looks at max_retries + 1 attempts before the one judged.
+            depth: (c.max_retries as usize + 2).max(4),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    groups: HashMap<GroupId, Group>,
+    keys: usize,
+    cap: usize,
+}
+
+/// The sharded map of groups.
+pub struct Tracker {
+    shards: Vec<Mutex<Shard>>,
+    params: Params,
+    keys: AtomicUsize,
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new(config: &TrackerConfig) -> Tracker {
+        let n = config.max_keys.clamp(1, MAX_SHARDS);
+        let shards = (0..n)
+            .map(|i| {
+                // Split max_keys exactly: the first `rem` shards take one more.
+                let cap = config.max_keys / n + usize::from(i < config.max_keys % n);
+                Mutex::new(Shard {
+                    cap,
+                    ..Shard::default()
+                })
+            })
+            .collect();
+        Tracker {
+            shards,
+            params: Params::new(config),
+            keys: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many keys are tracked.
+    pub fn keys(&self) -> usize {
+        self.keys.load(Ordering::Relaxed)
+    }
+
+    fn shard(&self, group: &GroupId) -> MutexGuard<'_, Shard> {
+        let i = (group.client % self.shards.len() as u64) as usize;
+        self.shards[i]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds one attempt at clock `now`. Returns its verdict as now known, or `None` when
+    /// the same span was already tracked (an exporter's retry: it is not counted twice).
+    pub fn observe(
+        &self,
+        now: Nanos,
+        obs: &Observation,
+        out: &mut Vec<Event>,
+    ) -> Option<Judgement> {
+        let p = &self.params;
+        let mut shard = self.shard(&obs.group);
+        let exists = shard
+            .groups
+            .get(&obs.group)
+            .is_some_and(|g| g.keys.contains_key(&obs.operation));
+        if !exists {
+            if shard.keys >= shard.cap {
+                let evicted = evict_lru(&mut shard, now, p, out);
+                self.keys.fetch_sub(evicted, Ordering::Relaxed);
+            }
+            let group = shard
+                .groups
+                .entry(obs.group)
+                .or_insert_with(|| Group::new(obs.labels));
+            group.keys.insert(obs.operation, group::Key::default());
+            shard.keys += 1;
+            self.keys.fetch_add(1, Ordering::Relaxed);
+        }
+        let group = shard.groups.get_mut(&obs.group)?;
+        group.observe(now, obs, p, out)
+    }
+
+    /// Settles pending verdicts: all of them when `force` (a read of the counters), else
+    /// those of groups whose first pending attempt arrived `reorder_window` ago.
+    pub fn settle(&self, now: Nanos, force: bool, out: &mut Vec<Event>) {
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for group in shard.groups.values_mut() {
+                if force || group.due(now, &self.params) {
+                    group.settle(now, &self.params, out);
+                }
+            }
+        }
+    }
+
+    /// The periodic sweep: settles what is due, counts honored refusals, expires keys idle
+    /// for `key_ttl`.
+    pub fn sweep(&self, now: Nanos, out: &mut Vec<Event>) {
+        let p = &self.params;
+        let mut expired = 0;
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut removed = 0;
+            shard.groups.retain(|_, group| {
+                if group.due(now, p) {
+                    group.settle(now, p, out);
+                }
+                group.judge_refusals(now, p, out);
+                removed += group.remove_keys(now, p, out, |_, key| {
+                    now >= key.last_seen.saturating_add(p.key_ttl)
+                });
+                !group.keys.is_empty()
+            });
+            shard.keys -= removed;
+            expired += removed;
+        }
+        if expired > 0 {
+            self.keys.fetch_sub(expired, Ordering::Relaxed);
+            out.push(Event::Evicted {
+                reason: Eviction::Ttl,
+                keys: expired,
+            });
+        }
+    }
+
+    /// Ends a replay: settles everything and judges every refusal as if the clock had
+    /// run past all their windows.
+    pub fn finish(&self, out: &mut Vec<Event>) {
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for group in shard.groups.values_mut() {
+                group.settle(Nanos::MAX, &self.params, out);
+                group.judge_refusals(Nanos::MAX, &self.params, out);
+            }
+        }
+    }
+
+    /// Whether any verdict is still pending.
+    pub fn has_pending(&self) -> bool {
+        self.shards.iter().any(|s| {
+            s.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .groups
+                .values()
+                .any(Group::has_pending)
+        })
+    }
+}
+
+/// Evicts the least recently used keys of a full shard: 1/64 of its share at once, so a
+/// flood of new keys pays for one scan per batch rather than per key.
+fn evict_lru(shard: &mut Shard, now: Nanos, p: &Params, out: &mut Vec<Event>) -> usize {
+    let batch = (shard.cap / 64).max(1);
+    let mut ages: Vec<(Nanos, GroupId, u64)> = shard
+        .groups
+        .iter()
+        .flat_map(|(g, group)| group.keys.iter().map(move |(op, k)| (k.last_seen, *g, *op)))
+        .collect();
+    if ages.len() > batch {
+        ages.select_nth_unstable_by_key(batch - 1, |a| a.0);
+        ages.truncate(batch);
+    }
+    let mut doomed: HashMap<GroupId, Vec<u64>> = HashMap::new();
+    for (_, g, op) in ages {
+        doomed.entry(g).or_default().push(op);
+    }
+    let mut evicted = 0;
+    for (g, ops) in doomed {
+        if let Some(group) = shard.groups.get_mut(&g) {
+            evicted += group.remove_keys(now, p, out, |op, _| ops.contains(&op));
+            if group.keys.is_empty() {
+                shard.groups.remove(&g);
+            }
+        }
+    }
+    shard.keys -= evicted;
+    out.push(Event::Evicted {
+        reason: Eviction::Capacity,
+        keys: evicted,
+    });
+    evicted
+}
+
+#[cfg(test)]
+mod tests;
