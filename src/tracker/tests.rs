@@ -1,1 +1,679 @@
+//! Tests of the tracker: one per violation, priority clash and window edge, and property
+//! tests for the invariants of DESIGN §5. Time is a parameter; nothing sleeps.
 
+use super::*;
+use crate::config::TrackerConfig;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const MS: Nanos = 1_000_000;
+/// Span times start here; the clock passed to `observe` is "now" relative to it.
+const T0: Nanos = 1_700_000_000_000 * MS;
+const WINDOW_MS: u64 = 10_000;
+
+fn config() -> TrackerConfig {
+    TrackerConfig {
+        max_retries: 3,
+        probe_window: Duration::from_millis(WINDOW_MS),
+        key_ttl: Duration::from_secs(3600),
+        max_keys: 1000,
+        reorder_window: Duration::from_secs(5),
+    }
+}
+
+/// One attempt, built fluently: `at(op, start_ms).fails(outcome)`.
+#[derive(Clone, Copy, Debug)]
+struct A(Observation);
+
+fn at(op: u64, start_ms: u64) -> A {
+    A(Observation {
+        group: GroupId {
+            client: 1,
+            interface: 1,
+        },
+        operation: op,
+        labels: 0,
+        start: T0 + start_ms * MS,
+        end: T0 + (start_ms + 20) * MS,
+        outcome: Outcome::Ok,
+        declared: Declared::Unknown,
+        discovery_read: false,
+        trace_id: [7; 16],
+        span_id: (op * 1_000_003 + start_ms).to_be_bytes(),
+    })
+}
+
+impl A {
+    fn fails(mut self, outcome: Outcome) -> A {
+        self.0.outcome = outcome;
+        self
+    }
+    fn undeclared(mut self) -> A {
+        self.0.declared = Declared::No;
+        self
+    }
+    fn read(mut self) -> A {
+        self.0.discovery_read = true;
+        self
+    }
+    fn lasting(mut self, ms: u64) -> A {
+        self.0.end = self.0.start + ms * MS;
+        self
+    }
+    fn client(mut self, client: u64) -> A {
+        self.0.group.client = client;
+        self.0.labels = client as u32;
+        self
+    }
+}
+
+/// Discovery, then attempts: op 0 is the discovery path.
+fn discovery() -> A {
+    at(0, 0).read()
+}
+
+#[derive(Debug, Default, PartialEq, Eq, Clone)]
+struct Counts {
+    kinds: BTreeMap<&'static str, u32>,
+    violations: BTreeMap<&'static str, u32>,
+    /// Violations in the order the attempts were given (by start time within the test).
+    honored: u32,
+    counted: u32,
+    evicted: u32,
+}
+
+fn tally(events: &[Event]) -> Counts {
+    let mut c = Counts::default();
+    for e in events {
+        match *e {
+            Event::Counted {
+                kind, violation, ..
+            } => {
+                c.counted += 1;
+                *c.kinds.entry(kind.as_str()).or_default() += 1;
+                if let Some(v) = violation {
+                    *c.violations.entry(v.as_str()).or_default() += 1;
+                }
+            }
+            Event::Honored { .. } => c.honored += 1,
+            Event::Evicted { keys, .. } => c.evicted += keys as u32,
+        }
+    }
+    c
+}
+
+/// Feeds the attempts in the order given, in one request, then finishes like a replay.
+fn run(attempts: &[A]) -> Counts {
+    run_with(config(), attempts)
+}
+
+fn run_with(config: TrackerConfig, attempts: &[A]) -> Counts {
+    let tracker = Tracker::new(&config);
+    let mut events = Vec::new();
+    for a in attempts {
+        tracker.observe(a.0.end, &a.0, &mut events);
+    }
+    tracker.finish(&mut events);
+    tally(&events)
+}
+
+/// The violation of each attempt, by span start (ms), after everything settled.
+fn violations(attempts: &[A]) -> Vec<(u64, Option<&'static str>)> {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    for a in attempts {
+        tracker.observe(a.0.end, &a.0, &mut events);
+    }
+    tracker.finish(&mut events);
+    let mut out: Vec<(u64, Option<&'static str>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Counted {
+                violation, span_id, ..
+            } => {
+                let id = u64::from_be_bytes(*span_id);
+                Some((id % 1_000_003, violation.map(Violation::as_str)))
+            }
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn v(name: &'static str, n: u32) -> BTreeMap<&'static str, u32> {
+    BTreeMap::from([(name, n)])
+}
+
+#[test]
+fn retry_after_refusal() {
+    let c = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported),
+        at(1, 200).fails(Outcome::NotSupported),
+        at(1, 300).fails(Outcome::NotSupported),
+    ]);
+    assert_eq!(c.violations, v("retry_after_refusal", 2));
+    assert_eq!(c.kinds["protocol_not_supported"], 3);
+}
+
+#[test]
+fn retry_without_discovery() {
+    let c = run(&[
+        at(1, 0).fails(Outcome::NotSupported),
+        at(1, 100).fails(Outcome::NotSupported),
+    ]);
+    assert_eq!(c.violations, v("retry_without_discovery", 1));
+    assert_eq!(c.kinds["unverified_refusal"], 2);
+}
+
+#[test]
+fn discovery_between_retries_makes_the_next_try_legitimate() {
+    assert_eq!(
+        violations(&[
+            at(1, 0).fails(Outcome::NotSupported),
+            at(0, 100).read(),
+            at(1, 200).fails(Outcome::NotSupported),
+            at(1, 300).fails(Outcome::NotSupported),
+        ]),
+        vec![
+            (0, None),
+            (100, None),
+            (200, None),
+            (300, Some("retry_after_refusal"))
+        ]
+    );
+}
+
+#[test]
+fn a_read_that_ends_after_the_retry_started_does_not_count() {
+    let c = run(&[
+        at(1, 0).fails(Outcome::NotSupported),
+        at(0, 100).read().lasting(200),
+        at(1, 200).fails(Outcome::NotSupported),
+    ]);
+    assert_eq!(c.violations, v("retry_without_discovery", 1));
+}
+
+#[test]
+fn retry_after_ambiguous() {
+    let c = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::Other),
+        at(1, 200).fails(Outcome::Other),
+        at(1, 300).fails(Outcome::Other),
+        at(2, 400),
+    ]);
+    assert_eq!(c.violations, v("retry_after_ambiguous", 2));
+}
+
+#[test]
+fn retry_budget_is_max_retries_and_resets_after_a_success() {
+    let five: Vec<A> = (0..5)
+        .map(|i| at(1, i * 1000).fails(Outcome::Transient))
+        .collect();
+    assert_eq!(run(&five).violations, v("retry_budget_exhausted", 1));
+    let four: Vec<A> = (0..4)
+        .map(|i| at(1, i * 1000).fails(Outcome::Throttled))
+        .collect();
+    assert!(run(&four).violations.is_empty());
+    let mixed: Vec<A> = [
+        Outcome::Transient,
+        Outcome::Throttled,
+        Outcome::Transient,
+        Outcome::Transient,
+        Outcome::Throttled,
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, o)| at(1, i as u64 * 1000).fails(*o))
+    .collect();
+    assert_eq!(run(&mixed).violations, v("retry_budget_exhausted", 1));
+    let reset: Vec<A> = [503, 429, 503, 200, 503, 503, 503]
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let o = match s {
+                200 => Outcome::Ok,
+                429 => Outcome::Throttled,
+                _ => Outcome::Transient,
+            };
+            at(1, i as u64 * 1000).fails(o)
+        })
+        .collect();
+    assert!(run(&reset).violations.is_empty());
+}
+
+#[test]
+fn a_bigger_budget_allows_more_retries() {
+    let cfg = TrackerConfig {
+        max_retries: 5,
+        ..config()
+    };
+    let six: Vec<A> = (0..6)
+        .map(|i| at(1, i * 1000).fails(Outcome::Transient))
+        .collect();
+    assert!(run_with(cfg.clone(), &six).violations.is_empty());
+    let seven: Vec<A> = (0..7)
+        .map(|i| at(1, i * 1000).fails(Outcome::Transient))
+        .collect();
+    assert_eq!(
+        run_with(cfg, &seven).violations,
+        v("retry_budget_exhausted", 1)
+    );
+}
+
+#[test]
+fn probing_after_refusal_and_its_window_edges() {
+    let c = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotFound).undeclared(),
+        at(2, 200).fails(Outcome::NotFound).undeclared(),
+        at(3, 300).fails(Outcome::NotSupported), // a declared path: not a probe
+        at(4, 400).fails(Outcome::NotFound).undeclared(),
+    ]);
+    assert_eq!(c.violations, v("probe_after_refusal", 2));
+    assert_eq!(c.kinds["interface_not_declared"], 3);
+
+    // The refusal ends at 120 ms; the window is 10 s: 10_120 ms is in, 10_121 ms is out.
+    let edge = |start: u64| {
+        run(&[
+            discovery(),
+            at(1, 100).fails(Outcome::NotFound).undeclared(),
+            at(2, start).fails(Outcome::NotFound).undeclared(),
+        ])
+        .violations
+    };
+    assert_eq!(edge(100 + 20 + WINDOW_MS), v("probe_after_refusal", 1));
+    assert!(edge(100 + 20 + WINDOW_MS + 1).is_empty());
+    // A request that starts before the refusal ended is not a probe after it.
+    assert!(edge(110).is_empty());
+    // A declared path is never a probe, whatever it answered.
+    let declared = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotFound).undeclared(),
+        at(2, 200).fails(Outcome::NotFound),
+    ]);
+    assert!(declared.violations.is_empty());
+}
+
+#[test]
+fn unverified_refusals_start_probe_windows_too() {
+    let c = run(&[
+        at(1, 0).fails(Outcome::NotFound).undeclared(),
+        at(2, 100).fails(Outcome::NotFound).undeclared(),
+    ]);
+    assert_eq!(c.violations, v("probe_after_refusal", 1));
+    assert_eq!(c.kinds["unverified_refusal"], 2);
+}
+
+#[test]
+fn priority_retry_after_refusal_beats_probe() {
+    // The second attempt is both a retry of a refusal and a request for an undeclared
+    // path within the window: only the first violation that holds counts.
+    assert_eq!(
+        violations(&[
+            discovery(),
+            at(1, 100).fails(Outcome::NotFound).undeclared(),
+            at(1, 200).fails(Outcome::NotFound).undeclared(),
+        ]),
+        vec![(0, None), (100, None), (200, Some("retry_after_refusal"))]
+    );
+}
+
+#[test]
+fn priority_retry_without_discovery_beats_probe() {
+    assert_eq!(
+        violations(&[
+            at(1, 0).fails(Outcome::NotFound).undeclared(),
+            at(1, 100).fails(Outcome::NotFound).undeclared(),
+        ]),
+        vec![(0, None), (100, Some("retry_without_discovery"))]
+    );
+}
+
+#[test]
+fn priority_budget_beats_probe() {
+    // The 5th attempt on key 1 is past the budget *and* a request for an undeclared path
+    // soon after a refusal on key 2: only the budget counts.
+    let mut attempts: Vec<A> = vec![discovery()];
+    attempts.extend((0..4).map(|i| at(1, 100 + i * 1000).fails(Outcome::Transient).undeclared()));
+    attempts.push(at(2, 3500).fails(Outcome::NotFound).undeclared());
+    attempts.push(at(1, 4100).fails(Outcome::Transient).undeclared());
+    assert_eq!(
+        violations(&attempts).last(),
+        Some(&(4100, Some("retry_budget_exhausted")))
+    );
+    assert_eq!(run(&attempts).violations, v("retry_budget_exhausted", 1));
+}
+
+#[test]
+fn priority_retry_after_ambiguous_beats_probe() {
+    let attempts = [
+        discovery(),
+        at(2, 100).fails(Outcome::NotFound).undeclared(),
+        at(1, 200).fails(Outcome::Other).undeclared(),
+        at(1, 300).fails(Outcome::Other).undeclared(),
+    ];
+    // 200 is a probe (after the refusal at 100); 300 is a retry after ambiguous first.
+    assert_eq!(
+        violations(&attempts),
+        vec![
+            (0, None),
+            (100, None),
+            (200, Some("probe_after_refusal")),
+            (300, Some("retry_after_ambiguous"))
+        ]
+    );
+}
+
+#[test]
+fn the_budget_counts_throttled_and_transient_and_a_refusal_ends_it() {
+    let mut attempts: Vec<A> = vec![discovery()];
+    attempts.extend((0..4).map(|i| at(1, 100 + i * 1000).fails(Outcome::Transient)));
+    attempts.push(at(1, 4100).fails(Outcome::NotSupported));
+    attempts.push(at(1, 5100).fails(Outcome::NotSupported));
+    let c = run(&attempts);
+    // The refusal is the 5th failure in a row: past the budget. Its retry is a retry
+    // after refusal (the refusal is not a transient failure, so the budget rule is moot).
+    assert_eq!(c.violations["retry_budget_exhausted"], 1);
+    assert_eq!(c.violations["retry_after_refusal"], 1);
+}
+
+#[test]
+fn predecessor_is_the_latest_attempt_that_ended_before_the_start() {
+    // 0..500 ambiguous, 100..600 ambiguous (concurrent: not a retry of the first),
+    // 700 retry of the latest ended (the one that started at 100).
+    assert_eq!(
+        violations(&[
+            at(1, 0).fails(Outcome::Other).lasting(500),
+            at(1, 100).fails(Outcome::Other).lasting(500),
+            at(1, 700),
+        ]),
+        vec![(0, None), (100, None), (700, Some("retry_after_ambiguous"))]
+    );
+    // An attempt that starts before its predecessor ended is not its retry.
+    let c = run(&[
+        at(1, 0).fails(Outcome::Other).lasting(500),
+        at(1, 100).fails(Outcome::Other).lasting(500),
+    ]);
+    assert!(c.violations.is_empty());
+}
+
+#[test]
+fn late_discovery_read_rejudges_pending_attempts() {
+    // The read arrives last, but it happened first: the refusals are verified and the
+    // retries are retries after refusal, not without discovery.
+    let c = run(&[
+        at(1, 100).fails(Outcome::NotSupported),
+        at(1, 200).fails(Outcome::NotSupported),
+        at(1, 300).fails(Outcome::NotSupported),
+        discovery(),
+    ]);
+    assert_eq!(c.violations, v("retry_after_refusal", 2));
+    assert_eq!(c.kinds["protocol_not_supported"], 3);
+}
+
+#[test]
+fn settled_verdicts_do_not_change() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let refusal = at(1, 100).fails(Outcome::NotSupported).0;
+    tracker.observe(refusal.end, &refusal, &mut events);
+    tracker.settle(refusal.end, true, &mut events);
+    let read = discovery().0;
+    tracker.observe(read.end, &read, &mut events);
+    tracker.finish(&mut events);
+    let c = tally(&events);
+    assert_eq!(c.kinds["unverified_refusal"], 1);
+    assert_eq!(c.counted, 2);
+}
+
+#[test]
+fn settling_waits_for_the_reorder_window() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let a = at(1, 100).fails(Outcome::Other).0;
+    tracker.observe(T0, &a, &mut events);
+    tracker.sweep(T0 + 4_999 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 0);
+    assert!(tracker.has_pending());
+    tracker.sweep(T0 + 5_000 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 1);
+    assert!(!tracker.has_pending());
+}
+
+#[test]
+fn the_same_span_sent_twice_counts_once() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let a = at(1, 100).fails(Outcome::Other).0;
+    assert!(tracker.observe(a.end, &a, &mut events).is_some());
+    assert!(tracker.observe(a.end, &a, &mut events).is_none());
+    tracker.finish(&mut events);
+    assert_eq!(tally(&events).counted, 1);
+}
+
+#[test]
+fn honored_refusals_are_counted_once_the_window_passes() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    for a in [discovery(), at(1, 100).fails(Outcome::NotSupported)] {
+        tracker.observe(a.0.end, &a.0, &mut events);
+    }
+    let refusal_end = T0 + 120 * MS;
+    tracker.sweep(refusal_end + WINDOW_MS * MS - 1, &mut events);
+    assert_eq!(
+        tally(&events).honored,
+        0,
+        "not before the window has passed"
+    );
+    tracker.sweep(refusal_end + WINDOW_MS * MS, &mut events);
+    assert_eq!(tally(&events).honored, 1);
+    tracker.sweep(refusal_end + 2 * WINDOW_MS * MS, &mut events);
+    assert_eq!(tally(&events).honored, 1, "counted once");
+}
+
+#[test]
+fn retried_and_unverified_refusals_are_not_honored() {
+    let retried = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported),
+        at(1, 5000).fails(Outcome::NotSupported),
+    ]);
+    // The first was retried within the window; the second was not.
+    assert_eq!(retried.honored, 1);
+    let unverified = run(&[at(1, 100).fails(Outcome::NotSupported)]);
+    assert_eq!(unverified.honored, 0);
+    let later = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported),
+        at(1, 100 + 20 + WINDOW_MS + 1),
+    ]);
+    assert_eq!(
+        later.honored, 1,
+        "a retry after the window does not undo honoring"
+    );
+}
+
+#[test]
+fn keys_expire_after_key_ttl() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let a = at(1, 0).0;
+    tracker.observe(T0, &a, &mut events);
+    assert_eq!(tracker.keys(), 1);
+    tracker.sweep(T0 + 3_599 * 1000 * MS, &mut events);
+    assert_eq!(tracker.keys(), 1);
+    tracker.sweep(T0 + 3_600 * 1000 * MS, &mut events);
+    assert_eq!(tracker.keys(), 0);
+    assert!(events.contains(&Event::Evicted {
+        reason: Eviction::Ttl,
+        keys: 1
+    }));
+    assert_eq!(
+        tally(&events).counted,
+        1,
+        "its pending verdict was counted first"
+    );
+}
+
+#[test]
+fn past_max_keys_the_least_recently_used_go() {
+    let cfg = TrackerConfig {
+        max_keys: 4,
+        ..config()
+    };
+    let tracker = Tracker::new(&cfg);
+    let mut events = Vec::new();
+    for op in 0..4u64 {
+        let a = at(op, op * 100).client(op).0;
+        tracker.observe(T0 + op, &a, &mut events);
+    }
+    // Touch key 0 again so that key 1 is now the least recently used in its shard.
+    let again = at(0, 1000).client(0).0;
+    tracker.observe(T0 + 10, &again, &mut events);
+    let new = at(9, 2000).client(9).0;
+    tracker.observe(T0 + 11, &new, &mut events);
+    assert_eq!(tracker.keys(), 4);
+    let c = tally(&events);
+    assert_eq!(c.evicted, 1);
+}
+
+// --- properties -------------------------------------------------------------------------
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        3 => Just(Outcome::Ok),
+        2 => Just(Outcome::NotSupported),
+        2 => Just(Outcome::NotFound),
+        1 => Just(Outcome::Throttled),
+        2 => Just(Outcome::Transient),
+        2 => Just(Outcome::Other),
+    ]
+}
+
+/// An attempt of client `client`: op 0 is a discovery path, op 3 is declared.
+fn attempt(client: u64) -> impl Strategy<Value = Observation> {
+    (0..4u64, 0..60u64, 1..40u64, outcome()).prop_map(move |(op, slot, dur, outcome)| {
+        let mut a = at(op, slot * 10)
+            .client(client)
+            .lasting(dur)
+            .fails(outcome)
+            .0;
+        a.discovery_read = op == 0;
+        a.declared = if op == 3 { Declared::Yes } else { Declared::No };
+        a
+    })
+}
+
+/// A stream of attempts from three clients, each with unique span ids.
+fn stream() -> impl Strategy<Value = Vec<Observation>> {
+    (
+        prop::collection::vec(attempt(1), 0..16),
+        prop::collection::vec(attempt(2), 0..16),
+        prop::collection::vec(attempt(3), 0..16),
+    )
+        .prop_map(|(a, b, c)| {
+            let mut all: Vec<Observation> = a.into_iter().chain(b).chain(c).collect();
+            for (i, o) in all.iter_mut().enumerate() {
+                o.span_id = (i as u64).to_be_bytes();
+            }
+            all
+        })
+}
+
+/// Feeds a stream in `order`, settling at each request boundary only when `settle_between`
+/// is false (a request is just a run of consecutive observations), then finishes.
+fn feed(stream: &[Observation], order: &[usize], splits: &[usize], cfg: &TrackerConfig) -> Counts {
+    let tracker = Tracker::new(cfg);
+    let mut events = Vec::new();
+    let mut now = T0;
+    let mut boundaries = splits.iter().copied().peekable();
+    for (n, &i) in order.iter().enumerate() {
+        if boundaries.peek() == Some(&n) {
+            boundaries.next();
+            now += MS; // a new request arrives a little later
+        }
+        tracker.observe(now, &stream[i], &mut events);
+    }
+    tracker.finish(&mut events);
+    let mut c = tally(&events);
+    c.evicted = 0;
+    c
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// (a) Any arrival order and any split into requests gives the same counts.
+    #[test]
+    fn arrival_order_does_not_matter(
+        stream in stream(),
+        seed in any::<u64>(),
+        splits in prop::collection::vec(0..48usize, 0..6),
+    ) {
+        let cfg = config();
+        let in_order: Vec<usize> = (0..stream.len()).collect();
+        let mut shuffled = in_order.clone();
+        // A seeded Fisher-Yates shuffle, so that failures shrink and reproduce.
+        let mut x = seed | 1;
+        for i in (1..shuffled.len()).rev() {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        let mut splits = splits;
+        splits.sort_unstable();
+        let a = feed(&stream, &in_order, &[], &cfg);
+        let b = feed(&stream, &shuffled, &splits, &cfg);
+        prop_assert_eq!(a, b);
+    }
+
+    /// (b) Every attempt is counted exactly once, with one kind and at most one violation.
+    #[test]
+    fn every_attempt_counted_once(stream in stream()) {
+        let tracker = Tracker::new(&config());
+        let mut events = Vec::new();
+        for o in &stream {
+            tracker.observe(o.end, o, &mut events);
+        }
+        tracker.finish(&mut events);
+        let mut seen = std::collections::HashSet::new();
+        for e in &events {
+            if let Event::Counted { span_id, kind, .. } = e {
+                prop_assert!(seen.insert(*span_id), "counted twice");
+                prop_assert!(Kind::ALL.contains(kind));
+            }
+        }
+        prop_assert_eq!(seen.len(), stream.len());
+    }
+
+    /// (c) The number of keys never exceeds max_keys, and nothing is lost to eviction.
+    #[test]
+    fn keys_never_exceed_max_keys(
+        max_keys in 1..40usize,
+        ops in prop::collection::vec((0..8u64, 0..8u64), 1..200),
+    ) {
+        let cfg = TrackerConfig { max_keys, ..config() };
+        let tracker = Tracker::new(&cfg);
+        let mut events = Vec::new();
+        for (i, (client, op)) in ops.iter().enumerate() {
+            let mut a = at(*op, i as u64 * 10).client(*client).0;
+            a.span_id = (i as u64).to_be_bytes();
+            tracker.observe(T0 + i as u64, &a, &mut events);
+            prop_assert!(tracker.keys() <= max_keys, "{} keys > {}", tracker.keys(), max_keys);
+        }
+        tracker.finish(&mut events);
+        prop_assert_eq!(tally(&events).counted as usize, ops.len());
+    }
+}
+
+#[test]
+fn a_read_that_ended_exactly_when_the_attempt_started_counts() {
+    // "Before A" means ended no later than A started: the edge is inclusive.
+    let c = run(&[discovery(), at(1, 20).fails(Outcome::NotSupported)]);
+    assert_eq!(c.kinds["protocol_not_supported"], 1);
+    let c = run(&[discovery(), at(1, 19).fails(Outcome::NotSupported)]);
+    assert_eq!(c.kinds["unverified_refusal"], 1);
+}
