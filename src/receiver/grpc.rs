@@ -113,7 +113,7 @@ fn export(
     metrics.batch_duration(Transport::Grpc, started.elapsed().as_secs_f64());
     let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
-        error_message: format!("{} spans could not be decoded", summary.rejected),
+        error_message: super::http::rejected_message(summary.rejected),
     });
     Ok(tonic::Response::new(ExportTraceServiceResponse {
         partial_success,
@@ -145,7 +145,24 @@ where
             let mut grpc = Grpc::new(RawCodec)
                 .apply_compression_config(accept, EnabledCompressionEncodings::default())
                 .apply_max_message_size_config(Some(limit), None);
-            Ok(grpc.unary(Export(pipeline), req).await)
+            let metrics = Arc::clone(&pipeline);
+            let mut response = grpc.unary(Export(pipeline), req).await;
+            let status = response.headers().get("grpc-status").cloned();
+            // tonic refuses a message over the limit with OUT_OF_RANGE (or, inflated past
+            // it, RESOURCE_EXHAUSTED); OTLP asks for RESOURCE_EXHAUSTED. The export itself
+            // never answers OUT_OF_RANGE, so every one is tonic's size check.
+            let out_of_range = status.as_ref().is_some_and(|s| s == "11");
+            if out_of_range {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from_static("8"));
+            }
+            if out_of_range || status.as_ref().is_some_and(|s| s == "8") {
+                metrics
+                    .metrics()
+                    .refused_request(Transport::Grpc, "too_large");
+            }
+            Ok(response)
         })
     }
 }

@@ -59,26 +59,39 @@ async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
                 rx.pipeline
                     .metrics()
                     .batch_duration(Transport::Http, started.elapsed().as_secs_f64());
-                let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
-                    rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
-                    error_message: format!("{} spans could not be decoded", summary.rejected),
-                });
-                let response = ExportTraceServiceResponse { partial_success };
-                match encoding {
-                    Encoding::Protobuf => {
-                        respond(StatusCode::OK, encoding, response.encode_to_vec())
+                let body = match encoding {
+                    Encoding::Protobuf => ExportTraceServiceResponse {
+                        partial_success: (summary.rejected > 0).then(|| {
+                            ExportTracePartialSuccess {
+                                rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
+                                error_message: rejected_message(summary.rejected),
+                            }
+                        }),
                     }
-                    Encoding::Json => respond(
-                        StatusCode::OK,
-                        encoding,
-                        serde_json::to_vec(&response).unwrap_or_else(|_| b"{}".to_vec()),
-                    ),
-                }
+                    .encode_to_vec(),
+                    // Written by hand: proto3's JSON mapping puts int64 in a string, which
+                    // the generated serde code does not.
+                    Encoding::Json if summary.rejected > 0 => serde_json::json!({
+                        "partialSuccess": {
+                            "rejectedSpans": summary.rejected.to_string(),
+                            "errorMessage": rejected_message(summary.rejected),
+                        }
+                    })
+                    .to_string()
+                    .into_bytes(),
+                    Encoding::Json => b"{}".to_vec(),
+                };
+                respond(StatusCode::OK, encoding, body)
             }
             Err(e) => refuse(&rx, encoding, &e),
         },
         Err(e) => refuse(&rx, encoding, &e),
     }
+}
+
+/// The `partial_success.error_message` for spans that could not be decoded.
+pub(super) fn rejected_message(rejected: u64) -> String {
+    format!("{rejected} spans could not be decoded")
 }
 
 fn media_type(headers: &HeaderMap) -> Result<Encoding, IngestError> {

@@ -1,0 +1,251 @@
+//! Black-box tests of the `refusal-gate` binary: its commands, its refusal of bad
+//! configuration before binding any port, graceful shutdown, and serving on the embedded
+//! defaults with no arguments at all.
+
+mod common;
+
+use common::value;
+use opentelemetry::trace::{SpanKind, Tracer, TracerProvider as _};
+use opentelemetry::KeyValue;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("refusal-gate-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("writing the file");
+    path
+}
+
+fn config_on(grpc: u16, http: u16, admin: u16) -> String {
+    format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:{grpc} }}\n    http: {{ endpoint: 127.0.0.1:{http} }}\nadmin:\n  endpoint: 127.0.0.1:{admin}\n"
+    )
+}
+
+fn wait_healthy(child: &mut Child, admin: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        assert!(
+            child.try_wait().expect("the child can be polled").is_none(),
+            "refusal-gate exited early"
+        );
+        if std::net::TcpStream::connect(admin).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("refusal-gate did not listen on {admin} within 20 s");
+}
+
+fn terminate(child: &mut Child) -> (std::process::ExitStatus, Duration) {
+    let started = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let deadline = started + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().expect("the child can be polled") {
+            return (status, started.elapsed());
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("refusal-gate did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn default_config_prints_a_file_that_validates() {
+    let out = Command::new(BIN)
+        .arg("default-config")
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    for key in [
+        "receivers:",
+        "max_request_body_size_mib: 20",
+        "probe_window: 10m",
+        "max_keys: 500000",
+        "max_clients: 1000",
+    ] {
+        assert!(text.contains(key), "default-config lacks {key}");
+    }
+    let path = temp_file("default.yaml", &text);
+    let out = Command::new(BIN)
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_configuration_is_refused_with_the_key_named() {
+    let cases = [
+        (
+            "tracker:\n  max_retries: 3\n  probe_windw: 10m\n",
+            "probe_windw",
+        ),
+        (
+            "tracker:\n  probe_window: ten minutes\n",
+            "tracker.probe_window",
+        ),
+        (
+            "interfaces:\n  - name: x\n    protocol: mcp\n    url: nowhere\n",
+            "interfaces[0].url",
+        ),
+    ];
+    for (text, key) in cases {
+        let path = temp_file("bad.yaml", text);
+        for command in [&["validate", "--config"][..], &["serve", "--config"][..]] {
+            let out = Command::new(BIN)
+                .args(command)
+                .arg(&path)
+                .output()
+                .expect("runs");
+            assert!(!out.status.success(), "{command:?} accepted {text:?}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(key),
+                "{command:?}: {stderr:?} does not name {key}"
+            );
+        }
+    }
+    let out = Command::new(BIN)
+        .args(["validate", "--config", "/nonexistent/refusal-gate.yaml"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/refusal-gate.yaml"));
+}
+
+#[test]
+fn a_bad_configuration_binds_no_port() {
+    let admin = free_port();
+    let text = format!(
+        "{}tracker:\n  max_keys: 0\n",
+        config_on(free_port(), free_port(), admin)
+    );
+    let path = temp_file("unbound.yaml", &text);
+    let out = Command::new(BIN)
+        .args(["--config"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tracker.max_keys"));
+    TcpListener::bind(("127.0.0.1", admin)).expect("the admin port was never bound");
+}
+
+#[test]
+fn a_port_conflict_exits_non_zero_at_once() {
+    let taken = TcpListener::bind("127.0.0.1:0").expect("a port");
+    let port = taken.local_addr().expect("an address").port();
+    let path = temp_file("conflict.yaml", &config_on(free_port(), port, free_port()));
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+}
+
+#[test]
+fn sigterm_stops_it_gracefully() {
+    let admin = free_port();
+    let path = temp_file("term.yaml", &config_on(free_port(), free_port(), admin));
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    wait_healthy(&mut child, SocketAddr::from(([127, 0, 0, 1], admin)));
+    let (status, took) = terminate(&mut child);
+    assert!(status.success(), "exit status {status}");
+    assert!(took < Duration::from_secs(6), "took {took:?}");
+}
+
+/// `refusal-gate` with no arguments serves on 127.0.0.1:4317/4318/9464, and a span sent by
+/// `opentelemetry-otlp` to the default endpoint shows up in `/metrics`.
+#[test]
+fn no_arguments_serves_on_the_default_ports() {
+    for port in [4317, 4318, 9464] {
+        TcpListener::bind(("127.0.0.1", port))
+            .unwrap_or_else(|e| panic!("port {port} must be free for this test: {e}"));
+    }
+    let mut child = Command::new(BIN)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    wait_healthy(&mut child, SocketAddr::from(([127, 0, 0, 1], 9464)));
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let provider = runtime.block_on(async {
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .build()
+            .expect("the exporter builds with its default endpoint");
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_resource(
+                opentelemetry_sdk::Resource::builder()
+                    .with_service_name("default-ports")
+                    .build(),
+            )
+            .with_batch_exporter(exporter)
+            .build()
+    });
+    let tracer = provider.tracer("cli");
+    tracer
+        .span_builder("GET")
+        .with_kind(SpanKind::Client)
+        .with_attributes(vec![
+            KeyValue::new("http.request.method", "GET"),
+            KeyValue::new("url.full", "http://api.test/x"),
+            KeyValue::new("http.response.status_code", 503),
+        ])
+        .start(&tracer);
+    provider.force_flush().expect("the export succeeds");
+    let metrics = runtime.block_on(async {
+        reqwest::get("http://127.0.0.1:9464/metrics")
+            .await
+            .expect("the admin port answers")
+            .text()
+            .await
+            .expect("a body")
+    });
+    let (status, _) = terminate(&mut child);
+    assert!(status.success());
+    assert_eq!(
+        value(
+            &metrics,
+            "refusal_gate_attempts_total",
+            &[("client", "default-ports"), ("class", "transient")]
+        ),
+        1.0,
+        "{metrics}"
+    );
+}
