@@ -278,7 +278,7 @@ impl Tracker {
                 .groups
                 .entry(obs.group)
                 .or_insert_with(|| Group::new(obs.labels));
-            group.keys.insert(obs.operation, group::Key::default());
+            group.keys.insert(obs.operation, group::Key::new(p));
             shard.keys += 1;
             self.keys.fetch_add(1, Ordering::Relaxed);
         }

@@ -1,0 +1,80 @@
+//! Measures the tracker's memory per key: RSS before and after tracking N keys, each with
+//! a full settled history (the steady state of a key that keeps being retried).
+//!
+//!     cargo run --release --example key_memory [KEYS] [ATTEMPTS_PER_KEY]
+//!
+//! Prints bytes per key. Linux only (reads /proc/self/statm).
+
+use refusal_gate::classify::Outcome;
+use refusal_gate::config::TrackerConfig;
+use refusal_gate::discovery::Declared;
+use refusal_gate::tracker::{GroupId, Observation, Tracker};
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("Linux /proc");
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("statm has a resident field");
+    pages * 4096
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let keys: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let per_key: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+    let config = TrackerConfig {
+        max_keys: keys as usize,
+        ..TrackerConfig::default()
+    };
+    let tracker = Tracker::new(&config);
+    let mut events = Vec::new();
+    let before = rss_bytes();
+    let t0 = 1_700_000_000_000_000_000u64;
+    // 100 operations per (client, interface): a realistic fan-out.
+    for k in 0..keys {
+        for a in 0..per_key {
+            let start = t0 + a * 1_000_000_000;
+            let obs = Observation {
+                group: GroupId {
+                    client: k / 100,
+                    interface: 1,
+                },
+                operation: k % 100,
+                labels: 0,
+                start,
+                end: start + 20_000_000,
+                outcome: if a % 2 == 0 {
+                    Outcome::Transient
+                } else {
+                    Outcome::Other
+                },
+                declared: Declared::Unknown,
+                discovery_read: false,
+                trace_id: [1; 16],
+                span_id: (k * per_key + a).to_be_bytes(),
+            };
+            tracker.observe(start, &obs, &mut events);
+        }
+        if k % 100 == 99 {
+            // Settle as the sweeper would, so the histories reach their steady state.
+            tracker.settle(0, true, &mut events);
+            events.clear();
+        }
+    }
+    tracker.settle(0, true, &mut events);
+    events.clear();
+    events.shrink_to_fit();
+    let after = rss_bytes();
+    assert_eq!(tracker.keys() as u64, keys);
+    println!(
+        "{keys} keys, {per_key} attempts each: RSS {:.1} MiB -> {:.1} MiB, {:.0} bytes per key",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        (after - before) as f64 / keys as f64
+    );
+}
