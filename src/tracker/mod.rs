@@ -225,7 +225,13 @@ pub struct Tracker {
 impl Tracker {
     /// An empty tracker.
     pub fn new(config: &TrackerConfig) -> Tracker {
-        let n = config.max_keys.clamp(1, MAX_SHARDS);
+        Tracker::with_shards(config, MAX_SHARDS)
+    }
+
+    /// An empty tracker with at most `shards` shards (fewer when `max_keys` is smaller):
+    /// what the benchmarks compare.
+    pub fn with_shards(config: &TrackerConfig, shards: usize) -> Tracker {
+        let n = config.max_keys.clamp(1, shards.max(1));
         let shards = (0..n)
             .map(|i| {
                 // Split max_keys exactly: the first `rem` shards take one more.
