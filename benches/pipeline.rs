@@ -13,7 +13,8 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::config::{Config, TrackerConfig};
-use refusal_gate::discovery::{Declared, Interfaces};
+use refusal_gate::discovery::loader::Catalog;
+use refusal_gate::discovery::Declared;
 use refusal_gate::extract;
 use refusal_gate::metrics::Metrics;
 use refusal_gate::receiver::{decode, Encoding, Pipeline, Transport};
@@ -152,7 +153,7 @@ fn stages(c: &mut Criterion) {
     g.throughput(Throughput::Elements(SPANS as u64));
     let config = Config::default();
     let pipeline = Pipeline::new(
-        Interfaces::new(&config.interfaces),
+        Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
         Tracker::new(&config.tracker),
         Metrics::new(&config.metrics),
     );

@@ -8,14 +8,15 @@
 
 use crate::admin;
 use crate::config::Config;
-use crate::discovery::Interfaces;
+use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
 use crate::tracker::Tracker;
 use anyhow::Context;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -48,6 +49,34 @@ pub struct Server {
     receivers: Vec<JoinHandle<()>>,
     admin: JoinHandle<()>,
     sweeper: JoinHandle<()>,
+    /// One task per URL document; replaced on reload.
+    watchers: Mutex<Vec<JoinHandle<()>>>,
+    http_client: reqwest::Client,
+}
+
+/// Logs and counts one document load.
+fn record_load(pipeline: &Pipeline, r: &LoadReport) {
+    pipeline
+        .metrics()
+        .document_load(&r.interface, r.outcome.as_str());
+    match (r.outcome, &r.error) {
+        (LoadOutcome::Loaded, _) => {
+            tracing::info!(interface = %r.interface, source = %r.source, "Discovery document loaded.")
+        }
+        (LoadOutcome::NotModified, _) => {}
+        (LoadOutcome::Refused, Some(e)) => tracing::error!(
+            interface = %r.interface, source = %r.source, error = %e,
+            "Discovery document refused: a configuration error; not retried."
+        ),
+        (LoadOutcome::Failed, Some(e)) => tracing::warn!(
+            interface = %r.interface, source = %r.source, error = %e,
+            "Discovery document fetch failed; retrying with backoff."
+        ),
+        (_, e) => tracing::error!(
+            interface = %r.interface, source = %r.source, error = ?e,
+            "Discovery document invalid; the last good one stays in force."
+        ),
+    }
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
@@ -76,11 +105,19 @@ impl Server {
             admin: admin_listener.local_addr()?,
         };
 
+        let (interfaces, documents, reports) = loader::load_local(config);
         let pipeline = Arc::new(Pipeline::new(
-            Interfaces::new(&config.interfaces),
+            Arc::new(Catalog::new(interfaces, documents)),
             Tracker::new(&config.tracker),
             Metrics::new(&config.metrics),
         ));
+        for report in &reports {
+            record_load(&pipeline, report);
+        }
+        let http_client = reqwest::Client::builder()
+            .user_agent(concat!("refusal-gate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("cannot build the HTTP client for discovery documents")?;
         let ready = Arc::new(AtomicBool::new(true));
         let (stop_receivers, rx_stop) = watch::channel(false);
         let (stop_admin, admin_stop) = watch::channel(false);
@@ -138,10 +175,10 @@ impl Server {
 
         tracing::info!(
             grpc = %bound.grpc, http = %bound.http, admin = %bound.admin,
-            interfaces = config.interfaces.len(),
+            interfaces = pipeline.catalog().current().len(),
             "refusal-gate is serving."
         );
-        Ok(Server {
+        let server = Server {
             bound,
             pipeline,
             ready,
@@ -150,7 +187,58 @@ impl Server {
             receivers: vec![grpc_task, http_task],
             admin: admin_task,
             sweeper,
-        })
+            watchers: Mutex::new(Vec::new()),
+            http_client,
+        };
+        server.start_watchers();
+        Ok(server)
+    }
+
+    /// The shared ingest path (for tests and tools that want to look inside).
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// Starts one task per URL document, stopping those that ran before.
+    fn start_watchers(&self) {
+        let catalog = Arc::clone(self.pipeline.catalog());
+        let pipeline = Arc::clone(&self.pipeline);
+        let report: Arc<dyn Fn(&LoadReport) + Send + Sync> =
+            Arc::new(move |r: &LoadReport| record_load(&pipeline, r));
+        let fresh: Vec<JoinHandle<()>> = catalog
+            .url_documents()
+            .into_iter()
+            .map(|(name, source)| {
+                tokio::spawn(loader::watch(
+                    Arc::clone(&catalog),
+                    self.http_client.clone(),
+                    name,
+                    source,
+                    Arc::clone(&report),
+                ))
+            })
+            .collect();
+        let old = std::mem::replace(
+            &mut *self.watchers.lock().unwrap_or_else(PoisonError::into_inner),
+            fresh,
+        );
+        for task in old {
+            task.abort();
+        }
+    }
+
+    /// Reloads the interfaces and their documents from `config` (what SIGHUP does). The
+    /// tracker's state is kept: earlier refusals are still remembered. Other keys (ports,
+    /// limits) need a restart.
+    pub fn reload(&self, config: &Config) {
+        let (interfaces, documents, reports) = loader::load_local(config);
+        for report in &reports {
+            record_load(&self.pipeline, report);
+        }
+        let count = interfaces.len();
+        self.pipeline.catalog().replace(interfaces, documents);
+        self.start_watchers();
+        tracing::info!(interfaces = count, "Interfaces reloaded.");
     }
 
     /// Stops in stages: receivers (drained within [`DRAIN_DEADLINE`]), then the tracker's
@@ -166,6 +254,14 @@ impl Server {
             }
         }
         self.sweeper.abort();
+        for task in self
+            .watchers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
+            task.abort();
+        }
         self.pipeline.settle(true);
         let _ = self.stop_admin.send(true);
         let abort = self.admin.abort_handle();
@@ -179,17 +275,34 @@ impl Server {
     }
 }
 
-/// Serves until SIGTERM or SIGINT, then shuts down.
+/// Serves until SIGTERM or SIGINT, then shuts down. SIGHUP reloads the interfaces from
+/// `path` (when serving from a file); an invalid file is reported and the old one kept.
 ///
 /// # Errors
 /// When a port cannot be bound or the signal handlers cannot be installed.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub async fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
     let server = Server::start(&config).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot install the SIGTERM handler")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "Shutting down."),
-        _ = tokio::signal::ctrl_c() => tracing::info!(signal = "SIGINT", "Shutting down."),
+    let mut term = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!(signal = "SIGTERM", "Shutting down.");
+                break;
+            }
+            _ = tokio::signal::ctrl_c() => {
+                tracing::info!(signal = "SIGINT", "Shutting down.");
+                break;
+            }
+            _ = hup.recv() => match &path {
+                None => tracing::warn!(signal = "SIGHUP", "No configuration file to reload."),
+                Some(p) => match Config::load(p) {
+                    Ok(fresh) => server.reload(&fresh),
+                    Err(e) => tracing::error!(error = %e, "Reload refused; the running configuration stays."),
+                },
+            },
+        }
     }
     server.shutdown().await;
     Ok(())

@@ -51,10 +51,17 @@ pub struct Config {
     pub admin: Admin,
     /// The interfaces whose contracts refusal-gate knows.
     pub interfaces: Vec<InterfaceConfig>,
+    /// Globs of discovery documents, each of which becomes an interface of its own, named
+    /// by the document and speaking the protocol of its kind.
+    pub interfaces_from: Vec<String>,
     /// The tracker's limits and windows.
     pub tracker: TrackerConfig,
     /// Limits on Prometheus label values.
     pub metrics: MetricsConfig,
+    /// The directory relative document paths and globs are resolved against: the
+    /// configuration file's own, or the working directory.
+    #[serde(skip)]
+    pub base_dir: std::path::PathBuf,
 }
 
 /// `receivers:`.
@@ -154,8 +161,10 @@ pub struct InterfaceConfig {
     pub name: String,
     /// What it speaks.
     pub protocol: Protocol,
-    /// Origin and base path, e.g. `http://mcp.test:8080/mcp`.
-    pub url: String,
+    /// Origin and base path, e.g. `http://mcp.test:8080/mcp`. Optional when a discovery
+    /// document names it.
+    #[serde(default)]
+    pub url: Option<String>,
     /// The operations it declares.
     #[serde(default)]
     pub endpoints: Vec<EndpointConfig>,
@@ -183,6 +192,36 @@ pub struct DiscoveryConfig {
     /// Discovery paths on top of the defaults of DESIGN §3.
     #[serde(default)]
     pub paths: Vec<String>,
+    /// The interface's discovery document: an A2A agent card, an OpenAPI document or an MCP
+    /// server card, whose declared paths join the inline `endpoints`.
+    #[serde(default)]
+    pub document: Option<DocumentSource>,
+}
+
+/// `interfaces[].discovery.document`: a file, or a URL fetched every `refresh`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentSource {
+    /// A local file, relative to the configuration file's directory.
+    #[serde(default)]
+    pub file: Option<std::path::PathBuf>,
+    /// An `http://` or `https://` URL.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// How often a URL document is fetched again (with `If-None-Match`).
+    #[serde(default = "default_refresh", deserialize_with = "duration")]
+    pub refresh: Duration,
+    /// How long one fetch may take.
+    #[serde(default = "default_fetch_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+fn default_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+
+fn default_fetch_timeout() -> Duration {
+    Duration::from_secs(10)
 }
 
 /// `tracker:`.
@@ -275,7 +314,14 @@ impl Config {
             path: path.display().to_string(),
             source,
         })?;
-        Config::parse(&text).map_err(|e| match e {
+        let parsed = Config::parse(&text).map(|mut c| {
+            c.base_dir = path
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            c
+        });
+        parsed.map_err(|e| match e {
             ConfigError::Syntax(m) => ConfigError::Syntax(format!("{}: {m}", path.display())),
             ConfigError::Invalid { key, problem } => ConfigError::Invalid {
                 key: format!("{}: {key}", path.display()),
@@ -334,8 +380,43 @@ impl Config {
             if !names.insert(interface.name.as_str()) {
                 return invalid(at("name"), "another interface has this name");
             }
-            if let Err(problem) = crate::discovery::split_url(&interface.url) {
-                return invalid(at("url"), &problem);
+            match (&interface.url, &interface.discovery.document) {
+                (Some(url), _) => {
+                    if let Err(problem) = crate::discovery::split_url(url) {
+                        return invalid(at("url"), &problem);
+                    }
+                }
+                (None, None) => {
+                    return invalid(at("url"), "is required unless discovery.document names it")
+                }
+                (None, Some(_)) => {}
+            }
+            if let Some(doc) = &interface.discovery.document {
+                match (&doc.file, &doc.url) {
+                    (Some(_), None) => {}
+                    (None, Some(url)) => {
+                        if !(url.starts_with("http://") || url.starts_with("https://"))
+                            || crate::discovery::split_url(url).is_err()
+                        {
+                            return invalid(
+                                at("discovery.document.url"),
+                                "must be an http:// or https:// URL",
+                            );
+                        }
+                    }
+                    _ => {
+                        return invalid(
+                            at("discovery.document"),
+                            "needs exactly one of file or url",
+                        )
+                    }
+                }
+                if doc.refresh.is_zero() || doc.timeout.is_zero() {
+                    return invalid(
+                        at("discovery.document"),
+                        "refresh and timeout must be longer than 0",
+                    );
+                }
             }
             for (j, endpoint) in interface.endpoints.iter().enumerate() {
                 if !endpoint.path.starts_with('/') {

@@ -38,6 +38,21 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     }
 }
 
+/// Reads every file document and `interfaces_from` glob: `validate` fails on any that does
+/// not load (serving would go on without it). URL documents are not fetched.
+fn validate_documents(config: &Config) -> anyhow::Result<usize> {
+    let (interfaces, _, reports) = refusal_gate::discovery::loader::load_local(config);
+    let bad: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.source)))
+        .collect();
+    if bad.is_empty() {
+        Ok(interfaces.len())
+    } else {
+        Err(anyhow::anyhow!("{}", bad.join("\n")))
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
@@ -55,14 +70,16 @@ fn main() -> ExitCode {
         }
         Command::Validate => match &cli.config {
             None => Err(anyhow::anyhow!("validate needs --config FILE")),
-            Some(path) => load(Some(path)).map(|_| println!("{}: valid", path.display())),
+            Some(path) => load(Some(path))
+                .and_then(|config| validate_documents(&config))
+                .map(|n| println!("{}: valid ({n} interfaces)", path.display())),
         },
         Command::Serve => load(cli.config.as_ref()).and_then(|config| {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?
-                .block_on(refusal_gate::app::run(config))
+                .block_on(refusal_gate::app::run(config, cli.config.clone()))
         }),
     };
     match result {

@@ -57,6 +57,7 @@ pub struct Metrics {
     evictions: IntCounterVec,
     label_overflow: IntCounterVec,
     batch_duration: HistogramVec,
+    document_loads: IntCounterVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -135,6 +136,12 @@ impl Metrics {
             "Attempts whose client or interface label was replaced by __overflow__.",
             &["label"],
         );
+        let document_loads = counter_vec(
+            &r,
+            "refusal_gate_discovery_document_loads_total",
+            "Loads of interfaces' discovery documents, by outcome (loaded, not_modified, invalid, refused, failed).",
+            &["interface", "outcome"],
+        );
         let batch_duration = HistogramVec::new(
             HistogramOpts::new(
                 "refusal_gate_batch_duration_seconds",
@@ -185,6 +192,7 @@ impl Metrics {
             evictions,
             label_overflow,
             batch_duration,
+            document_loads,
         }
     }
 
@@ -343,6 +351,13 @@ impl Metrics {
     pub fn set_tracker_keys(&self, keys: usize) {
         self.tracker_keys
             .set(i64::try_from(keys).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one load of a discovery document.
+    pub fn document_load(&self, interface: &str, outcome: &str) {
+        self.document_loads
+            .with_label_values(&[interface, outcome])
+            .inc();
     }
 
     /// Observes the time one request took.

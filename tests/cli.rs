@@ -249,3 +249,79 @@ fn no_arguments_serves_on_the_default_ports() {
         "{metrics}"
     );
 }
+
+#[test]
+fn validate_reads_documents_and_names_where_they_are_wrong() {
+    let doc = temp_file(
+        "broken-card.json",
+        "{\"openapi\": \"3.0.0\",\n \"paths\": [1, 2]}",
+    );
+    let text = format!(
+        "interfaces:\n  - name: broken\n    protocol: http\n    url: http://x.test\n    discovery:\n      document: {{ file: '{}' }}\n",
+        doc.display()
+    );
+    let path = temp_file("with-doc.yaml", &text);
+    let out = Command::new(BIN)
+        .args(["validate", "--config"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("broken-card.json") && stderr.contains("$.paths"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn sighup_reloads_the_interfaces() {
+    let admin = free_port();
+    let dir = std::env::temp_dir().join(format!("refusal-gate-hup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let card = |url: &str| {
+        format!("{{\"title\": \"Hup\", \"remotes\": [{{\"type\": \"streamable-http\", \"url\": \"{url}\"}}]}}")
+    };
+    std::fs::write(dir.join("hup.json"), card("http://hup.test/mcp")).expect("writing the card");
+    let text = format!(
+        "{}interfaces_from: ['hup.json']\n",
+        config_on(free_port(), free_port(), admin)
+    );
+    std::fs::write(dir.join("hup.yaml"), text).expect("writing the configuration");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(dir.join("hup.yaml"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starts");
+    wait_healthy(&mut child, SocketAddr::from(([127, 0, 0, 1], admin)));
+    std::fs::write(dir.join("hup.json"), card("http://hup.test/mcp2")).expect("rewriting the card");
+    let hup = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(hup.success());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut loaded = 0.0;
+    while Instant::now() < deadline && loaded < 2.0 {
+        std::thread::sleep(Duration::from_millis(100));
+        let m = runtime.block_on(async {
+            reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+                .await
+                .expect("the admin port answers")
+                .text()
+                .await
+                .expect("a body")
+        });
+        loaded = value(
+            &m,
+            "refusal_gate_discovery_document_loads_total",
+            &[("interface", "Hup"), ("outcome", "loaded")],
+        );
+    }
+    let (status, _) = terminate(&mut child);
+    assert!(status.success());
+    assert_eq!(loaded, 2.0, "the document was loaded again on SIGHUP");
+    let _ = std::fs::remove_dir_all(&dir);
+}

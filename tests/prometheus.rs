@@ -7,12 +7,7 @@
 
 mod common;
 
-use common::{scrape, start, CONFIG};
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::Message;
+use common::{export, http_span, scrape, send, start, CONFIG};
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -45,52 +40,18 @@ impl Drop for Reaper {
     }
 }
 
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
 /// A discovery read and `retries + 1` refused calls to an undeclared path.
-fn storm(service: &str, retries: u64) -> ExportTraceServiceRequest {
-    let t0 = 1_700_000_000_000_000_000u64;
-    let span = |i: u64, path: &str, status: i64| Span {
-        trace_id: vec![3; 16],
-        span_id: (i + 1).to_be_bytes().to_vec(),
-        name: "call".into(),
-        kind: 3,
-        start_time_unix_nano: t0 + i * 100_000_000,
-        end_time_unix_nano: t0 + i * 100_000_000 + 20_000_000,
-        attributes: vec![
-            kv(
-                "http.request.method",
-                Value::StringValue(if i == 0 { "GET" } else { "POST" }.into()),
-            ),
-            kv(
-                "url.full",
-                Value::StringValue(format!("http://mcp.test:8080{path}")),
-            ),
-            kv("http.response.status_code", Value::IntValue(status)),
-        ],
-        ..Default::default()
-    };
-    let mut spans = vec![span(0, "/.well-known/mcp.json", 200)];
-    spans.extend((1..=retries + 1).map(|i| span(i, "/mcp/sse", 404)));
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", Value::StringValue(service.into()))],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+fn storm(service: &str, retries: u64) -> Vec<u8> {
+    let mut spans = vec![http_span(
+        0,
+        "GET",
+        "http://mcp.test:8080/.well-known/mcp.json",
+        200,
+    )];
+    spans.extend(
+        (1..=retries + 1).map(|i| http_span(i, "POST", "http://mcp.test:8080/mcp/sse", 404)),
+    );
+    export(service, spans)
 }
 
 async fn query(prometheus: &str, promql: &str) -> Option<f64> {
@@ -140,15 +101,7 @@ async fn prometheus_scrapes_the_counters() {
             .expect("prometheus starts"),
     );
 
-    let body = storm("prom-client", 4).encode_to_vec();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/traces", server.bound.http))
-        .header("content-type", "application/x-protobuf")
-        .body(body)
-        .send()
-        .await
-        .expect("the receiver answers");
-    assert_eq!(r.status(), 200);
+    send(&server.bound, storm("prom-client", 4)).await;
 
     let prometheus = format!("http://127.0.0.1:{port}");
     let retries = r#"sum(refusal_gate_violations_total{client="prom-client",violation="retry_after_refusal"})"#;

@@ -4,13 +4,13 @@
 
 mod common;
 
-use common::{has_metric, scrape, start, value, CONFIG};
+use common::{has_metric, kv, scrape, start, value, CONFIG};
 use flate2::{write::GzEncoder, Compression};
 use opentelemetry::trace::{SpanKind, Status, Tracer, TracerProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue as PbKeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue as PbKeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource as PbResource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use opentelemetry_sdk::trace::SdkTracerProvider;
@@ -214,14 +214,6 @@ async fn sdk_http_protobuf_exporter_spans_are_classified_and_counted() {
         1.0
     );
     server.shutdown().await;
-}
-
-fn kv(key: &str, value: any_value::Value) -> PbKeyValue {
-    PbKeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
 }
 
 /// A request of one resource with these (attributes, start ms) client spans.
@@ -615,36 +607,43 @@ async fn bad_grpc_input_gets_otlp_status_codes() {
     .await;
     let addr = server.bound.grpc;
     const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
-    let e = grpc_raw(addr, EXPORT, b"\xff\xff\xff\xff nope".to_vec(), false)
-        .await
-        .expect_err("garbage");
-    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
-    let e = grpc_raw(addr, EXPORT, vec![0u8; 2 << 20], false)
-        .await
-        .expect_err("too large");
-    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
-    let e = grpc_raw(addr, EXPORT, vec![0u8; 16 << 20], true)
-        .await
-        .expect_err("a gzip bomb");
-    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
-    let e = grpc_raw(
-        addr,
-        "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
-        vec![],
-        false,
-    )
-    .await
-    .expect_err("metrics are not served");
-    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e}");
-    let e = grpc_raw(
-        addr,
-        "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
-        vec![],
-        false,
-    )
-    .await
-    .expect_err("logs are not served");
-    assert_eq!(e.code(), tonic::Code::Unimplemented, "{e}");
+    const METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+    const LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+    let cases: [(&str, &'static str, Vec<u8>, bool, tonic::Code); 5] = [
+        (
+            "garbage",
+            EXPORT,
+            b"\xff\xff\xff\xff nope".to_vec(),
+            false,
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "too large",
+            EXPORT,
+            vec![0u8; 2 << 20],
+            false,
+            tonic::Code::ResourceExhausted,
+        ),
+        (
+            "a gzip bomb",
+            EXPORT,
+            vec![0u8; 16 << 20],
+            true,
+            tonic::Code::ResourceExhausted,
+        ),
+        (
+            "metrics",
+            METRICS,
+            vec![],
+            false,
+            tonic::Code::Unimplemented,
+        ),
+        ("logs", LOGS, vec![], false, tonic::Code::Unimplemented),
+    ];
+    for (label, path, body, gzip, code) in cases {
+        let e = grpc_raw(addr, path, body, gzip).await.expect_err(label);
+        assert_eq!(e.code(), code, "{label}: {e}");
+    }
     // A valid export still works, compressed or not.
     let ok = request("grpc-after-bad", &[(grpc_call(12), 0)]).encode_to_vec();
     grpc_raw(addr, EXPORT, ok.clone(), false)

@@ -3,11 +3,14 @@
 //!
 //! Core: built once from the configuration, then only read. No I/O, no clock; lookups borrow.
 
+pub mod document;
+pub mod loader;
 pub mod url;
 
 pub use url::split_url;
 
 use crate::config::{InterfaceConfig, Protocol};
+use document::Contract;
 use std::collections::HashMap;
 
 /// The discovery paths every interface has (DESIGN §3).
@@ -53,10 +56,8 @@ pub struct Interface {
     pub name: String,
     /// What it speaks.
     pub protocol: Protocol,
-    /// Its normalised origin.
-    pub origin: String,
-    /// Its base path (`/` when the URL has none).
-    pub base_path: String,
+    /// The (origin, base path) pairs it serves from: its URL's, then its document's.
+    pub bases: Vec<(String, String)>,
     endpoints: Vec<Endpoint>,
     discovery_paths: Vec<String>,
 }
@@ -66,10 +67,12 @@ struct Endpoint {
     segments: Vec<Segment>,
 }
 
+/// One path segment of a declared endpoint: a literal, or a template such as `{id}` or
+/// `{id}:cancel` (a parameter with a literal prefix and suffix).
 #[derive(Debug, Clone)]
 enum Segment {
     Literal(String),
-    Param,
+    Param { prefix: String, suffix: String },
 }
 
 impl Endpoint {
@@ -77,12 +80,12 @@ impl Endpoint {
         let segments = path
             .split('/')
             .filter(|s| !s.is_empty())
-            .map(|s| {
-                if s.starts_with('{') && s.ends_with('}') {
-                    Segment::Param
-                } else {
-                    Segment::Literal(s.to_owned())
-                }
+            .map(|s| match (s.find('{'), s.rfind('}')) {
+                (Some(open), Some(close)) if open < close => Segment::Param {
+                    prefix: s[..open].to_owned(),
+                    suffix: s[close + 1..].to_owned(),
+                },
+                _ => Segment::Literal(s.to_owned()),
             })
             .collect();
         Endpoint { segments }
@@ -93,7 +96,10 @@ impl Endpoint {
         for segment in &self.segments {
             match (segment, parts.next()) {
                 (Segment::Literal(want), Some(got)) if want == got => {}
-                (Segment::Param, Some(_)) => {}
+                (Segment::Param { prefix, suffix }, Some(got))
+                    if got.len() > prefix.len() + suffix.len()
+                        && got.starts_with(prefix.as_str())
+                        && got.ends_with(suffix.as_str()) => {}
                 _ => return false,
             }
         }
@@ -105,46 +111,75 @@ impl Endpoint {
 #[derive(Debug, Clone, Default)]
 pub struct Interfaces {
     list: Vec<Interface>,
-    by_origin: HashMap<String, Vec<usize>>,
+    /// Per origin, the (interface, base path) pairs served from it, in configuration order.
+    by_origin: HashMap<String, Vec<(usize, String)>>,
 }
 
 impl Interfaces {
-    /// Builds the registry. The configuration has been validated, so every URL parses.
+    /// Builds the registry from the configuration alone. The configuration has been
+    /// validated, so every URL parses.
     pub fn new(configs: &[InterfaceConfig]) -> Interfaces {
+        Interfaces::build(configs.iter().map(|c| (c, None)))
+    }
+
+    /// Builds the registry from the configuration and, where an interface has one, what its
+    /// discovery document says: the declared endpoints are the union of both, and the
+    /// interface serves from its URL's origin and every origin its document names.
+    pub fn build<'a>(
+        interfaces: impl IntoIterator<Item = (&'a InterfaceConfig, Option<&'a Contract>)>,
+    ) -> Interfaces {
         let mut registry = Interfaces::default();
-        for config in configs {
-            let Ok(parts) = split_url(&config.url) else {
-                continue;
-            };
-            let base_path = parts.path.trim_end_matches('/');
-            let base_path = if base_path.is_empty() { "/" } else { base_path };
-            let endpoints: Vec<Endpoint> = config
-                .endpoints
-                .iter()
-                .map(|e| Endpoint::parse(&e.path))
-                .collect();
+        for (config, contract) in interfaces {
+            let mut bases: Vec<(String, String)> = Vec::new();
+            if let Some(parts) = config.url.as_deref().and_then(|u| split_url(u).ok()) {
+                let base = parts.path.trim_end_matches('/');
+                bases.push((
+                    parts.origin,
+                    if base.is_empty() { "/" } else { base }.to_owned(),
+                ));
+            }
+            let mut paths: Vec<&str> = config.endpoints.iter().map(|e| e.path.as_str()).collect();
+            if let Some(contract) = contract {
+                for base in &contract.bases {
+                    if !bases.contains(base) {
+                        bases.push(base.clone());
+                    }
+                }
+                paths.extend(contract.paths.iter().map(|p| p.path.as_str()));
+            }
             let mut discovery_paths = config.discovery.paths.clone();
             discovery_paths.extend(
-                config
-                    .endpoints
+                paths
                     .iter()
-                    .map(|e| format!("{}/server-card", e.path.trim_end_matches('/'))),
+                    .map(|p| format!("{}/server-card", p.trim_end_matches('/'))),
             );
-            registry
-                .by_origin
-                .entry(parts.origin.clone())
-                .or_default()
-                .push(registry.list.len());
+            let index = registry.list.len();
+            for (origin, base) in &bases {
+                registry
+                    .by_origin
+                    .entry(origin.clone())
+                    .or_default()
+                    .push((index, base.clone()));
+            }
             registry.list.push(Interface {
                 name: config.name.clone(),
                 protocol: config.protocol,
-                origin: parts.origin,
-                base_path: base_path.to_owned(),
-                endpoints,
+                bases,
+                endpoints: paths.iter().map(|p| Endpoint::parse(p)).collect(),
                 discovery_paths,
             });
         }
         registry
+    }
+
+    /// How many interfaces are configured.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether no interface is configured.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
     }
 
     /// The configured interface at `index`.
@@ -165,10 +200,11 @@ impl Interfaces {
         let path = path.unwrap_or("/");
         let best = candidates
             .iter()
-            .copied()
-            .filter(|&i| has_path_prefix(path, &self.list[i].base_path))
-            .max_by_key(|&i| self.list[i].base_path.len());
-        InterfaceRef::Configured(best.unwrap_or(candidates[0]))
+            .filter(|(_, base)| has_path_prefix(path, base))
+            // The longest base wins; among equals, the first configured.
+            .min_by_key(|(i, base)| (std::cmp::Reverse(base.len()), *i))
+            .map(|(i, _)| *i);
+        InterfaceRef::Configured(best.unwrap_or(candidates[0].0))
     }
 
     /// The name of an interface: its configured name, its origin, or `unknown`.
@@ -229,7 +265,7 @@ mod tests {
         InterfaceConfig {
             name: name.into(),
             protocol: Protocol::Http,
-            url: url.into(),
+            url: Some(url.into()),
             endpoints: endpoints
                 .iter()
                 .map(|p| EndpointConfig {
@@ -239,6 +275,7 @@ mod tests {
                 .collect(),
             discovery: DiscoveryConfig {
                 paths: vec!["/docs/contract.json".into()],
+                document: None,
             },
         }
     }
@@ -248,7 +285,7 @@ mod tests {
             interface(
                 "a2a",
                 "http://agent.test/a2a/v1",
-                &["/a2a/v1", "/a2a/tasks/{id}"],
+                &["/a2a/v1", "/a2a/tasks/{id}", "/a2a/v1/message:send"],
             ),
             interface(
                 "admin",
@@ -299,6 +336,9 @@ mod tests {
             (a2a, Some("/a2a/tasks/t-17"), Declared::Yes),
             (a2a, Some("/a2a/tasks"), Declared::No),
             (a2a, Some("/a2a/tasks/t-17/cancel"), Declared::No),
+            (a2a, Some("/a2a/tasks/t-17:cancel"), Declared::Yes),
+            (a2a, Some("/a2a/v1/message:send"), Declared::Yes),
+            (a2a, Some("/a2a/v1/message:stream"), Declared::No),
             (a2a, Some("/a2a/v2"), Declared::No),
             (
                 InterfaceRef::Configured(1),
@@ -321,6 +361,21 @@ mod tests {
         for (interface, path, want) in cases {
             assert_eq!(r.declared(interface, path), want, "{interface:?} {path:?}");
         }
+    }
+
+    #[test]
+    fn template_segments_match_with_prefix_and_suffix() {
+        let e = Endpoint::parse("/tasks/{id}:cancel");
+        assert!(e.matches("/tasks/t-1:cancel"));
+        assert!(
+            !e.matches("/tasks/:cancel"),
+            "the parameter must not be empty"
+        );
+        assert!(!e.matches("/tasks/t-1"));
+        assert!(!e.matches("/tasks/t-1:cancel/x"));
+        let e = Endpoint::parse("/files/v{n}.json");
+        assert!(e.matches("/files/v2.json"));
+        assert!(!e.matches("/files/v2.yaml"));
     }
 
     #[test]

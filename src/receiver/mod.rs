@@ -10,6 +10,7 @@ pub mod grpc;
 pub mod http;
 
 use crate::classify;
+use crate::discovery::loader::Catalog;
 use crate::discovery::Interfaces;
 use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
@@ -19,6 +20,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Which receiver a request came in on: the `transport` label.
@@ -266,7 +268,7 @@ pub struct Summary {
 
 /// Everything a request needs, shared by the receivers, the admin endpoint and the sweeper.
 pub struct Pipeline {
-    interfaces: Interfaces,
+    catalog: Arc<Catalog>,
     tracker: Tracker,
     metrics: Metrics,
     hasher: RandomState,
@@ -288,9 +290,9 @@ fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
 
 impl Pipeline {
     /// Wires the pure stages to their state.
-    pub fn new(interfaces: Interfaces, tracker: Tracker, metrics: Metrics) -> Pipeline {
+    pub fn new(catalog: Arc<Catalog>, tracker: Tracker, metrics: Metrics) -> Pipeline {
         Pipeline {
-            interfaces,
+            catalog,
             tracker,
             metrics,
             hasher: RandomState::new(),
@@ -300,6 +302,11 @@ impl Pipeline {
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The interfaces and their documents.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
     }
 
     /// The tracker.
@@ -318,12 +325,13 @@ impl Pipeline {
             ..Summary::default()
         };
         let mut events = Vec::new();
+        let interfaces = self.catalog.current();
         for (resource, spans) in &batch.resources {
             for span in spans {
                 summary.accepted += 1;
                 match extract::extract(resource, span) {
                     Ok(attempt) => {
-                        self.observe(&attempt, now, &mut events);
+                        self.observe(&interfaces, &attempt, now, &mut events);
                         summary.attempts += 1;
                     }
                     Err(skip) => self.metrics.span_skipped(skip.label()),
@@ -339,15 +347,19 @@ impl Pipeline {
         summary
     }
 
-    fn observe(&self, attempt: &Attempt<'_>, now: Nanos, events: &mut Vec<Event>) {
-        let interface = self
-            .interfaces
-            .resolve(attempt.origin.as_deref(), attempt.path);
-        let interface_name = self.interfaces.name(interface);
-        let declared = self.interfaces.declared(interface, attempt.path);
+    fn observe(
+        &self,
+        interfaces: &Interfaces,
+        attempt: &Attempt<'_>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) {
+        let interface = interfaces.resolve(attempt.origin.as_deref(), attempt.path);
+        let interface_name = interfaces.name(interface);
+        let declared = interfaces.declared(interface, attempt.path);
         let (outcome, _reason) = classify::outcome(attempt.family, &attempt.signal);
         let discovery_read = outcome == classify::Outcome::Ok
-            && extract::reads_discovery(attempt, &self.interfaces, interface);
+            && extract::reads_discovery(attempt, interfaces, interface);
         let interface_id = self.hash(interface_name);
         let labels = self.metrics.labels(
             self.hash(attempt.client.name),

@@ -79,3 +79,70 @@ pub fn has_metric(text: &str, name: &str) -> bool {
         .filter_map(parse_line)
         .any(|(n, _, _)| n == name)
 }
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+
+/// Span times of the fixtures start here (Unix nanoseconds).
+pub const T0: u64 = 1_700_000_000_000_000_000;
+
+/// An attribute.
+pub fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// The `i`-th CLIENT span of a client: an HTTP call starting `i` × 100 ms after [`T0`] and
+/// lasting 20 ms, with span id `i + 1`.
+pub fn http_span(i: u64, method: &str, url: &str, status: i64) -> Span {
+    Span {
+        trace_id: vec![5; 16],
+        span_id: (i + 1).to_be_bytes().to_vec(),
+        name: method.into(),
+        kind: 3,
+        start_time_unix_nano: T0 + i * 100_000_000,
+        end_time_unix_nano: T0 + i * 100_000_000 + 20_000_000,
+        attributes: vec![
+            kv("http.request.method", Value::StringValue(method.into())),
+            kv("url.full", Value::StringValue(url.into())),
+            kv("http.response.status_code", Value::IntValue(status)),
+        ],
+        ..Default::default()
+    }
+}
+
+/// An encoded export request of one resource (`service.name` = `service`) with these spans.
+pub fn export(service: &str, spans: Vec<Span>) -> Vec<u8> {
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![kv("service.name", Value::StringValue(service.into()))],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// Posts an encoded request to the OTLP/HTTP receiver and expects 200.
+pub async fn send(bound: &Bound, body: Vec<u8>) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", bound.http))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .expect("the receiver answers");
+    assert_eq!(r.status(), 200);
+}
