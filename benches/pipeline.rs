@@ -206,7 +206,7 @@ fn sharding(c: &mut Criterion) {
                             std::thread::spawn(move || {
                                 let mut events = Vec::with_capacity(64);
                                 for n in 0..10_000 {
-                                    tracker.observe(n, &observation(t, n), &mut events);
+                                    tracker.observe(n, &observation(t, n), &"op", &mut events);
                                     events.clear();
                                 }
                             })

@@ -1,7 +1,8 @@
 //! Measures the tracker's memory per key: RSS before and after tracking N keys, each with
-//! a full settled history (the steady state of a key that keeps being retried).
+//! a full settled history (the steady state of a key that keeps being retried) and a
+//! realistic operation name (`POST /api/v2/orders/42`, kept for alerts).
 //!
-//!     cargo run --release --example key_memory [KEYS] [ATTEMPTS_PER_KEY]
+//!     cargo run --release --example key_memory [KEYS] [ATTEMPTS_PER_KEY] [long]
 //!
 //! Prints bytes per key. Linux only (reads /proc/self/statm).
 
@@ -27,6 +28,8 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1_000_000);
     let per_key: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
+    // Pass `long` to name every operation with the longest name a key keeps (64 bytes).
+    let long = args.next().is_some_and(|a| a == "long");
     let config = TrackerConfig {
         max_keys: keys as usize,
         ..TrackerConfig::default()
@@ -58,7 +61,13 @@ fn main() {
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };
-            tracker.observe(start, &obs, &mut events);
+            let operation = format!("POST /api/v2/orders/{}", k % 100);
+            let operation = if long {
+                format!("{operation:/<64}")
+            } else {
+                operation
+            };
+            tracker.observe(start, &obs, &operation, &mut events);
         }
         if k % 100 == 99 {
             // Settle as the sweeper would, so the histories reach their steady state.

@@ -382,7 +382,11 @@ impl Pipeline {
             trace_id: fixed(attempt.trace_id),
             span_id: fixed(attempt.span_id),
         };
-        if self.tracker.observe(now, &obs, events).is_none() {
+        if self
+            .tracker
+            .observe(now, &obs, &attempt.operation, events)
+            .is_none()
+        {
             self.metrics.span_skipped("duplicate");
         }
     }

@@ -12,11 +12,14 @@ use super::{Event, Judgement, Nanos, Observation, Params, Violation};
 use crate::classify::{self, Class, Kind, Outcome};
 use crate::discovery::Declared;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Discovery-read end times kept per group, beyond the first (which is always kept).
 const READS_KEPT: usize = 16;
 /// Refusal end times kept per group, for probes.
 const REFUSALS_KEPT: usize = 32;
+/// The longest operation name a key keeps for alerts, in bytes.
+pub const OPERATION_MAX: usize = 64;
 /// Pending attempts a key holds beyond its settled history before the oldest settle early:
 /// what bounds memory when one key is flooded within a reorder window.
 const MAX_PENDING_PER_KEY: usize = 256;
@@ -72,16 +75,24 @@ impl Entry {
 pub(super) struct Key {
     /// The tracker's clock when the key last saw an attempt: what TTL and LRU go by.
     pub(super) last_seen: Nanos,
+    /// The operation, as alerts name it (at most [`OPERATION_MAX`] bytes).
+    operation: Arc<str>,
     /// Sorted by (start, end, span id); at most `Params::depth` entries.
     history: Vec<Entry>,
 }
 
 impl Key {
     /// An empty key, its history allocated once for `depth` settled attempts and the one
-    /// that is arriving.
-    pub(super) fn new(p: &Params) -> Key {
+    /// that is arriving. The operation's name is kept (cut to [`OPERATION_MAX`] bytes) for
+    /// the alerts of its violations.
+    pub(super) fn new(p: &Params, operation: &str) -> Key {
+        let mut cut = operation.len().min(OPERATION_MAX);
+        while !operation.is_char_boundary(cut) {
+            cut -= 1;
+        }
         Key {
             last_seen: 0,
+            operation: Arc::from(&operation[..cut]),
             history: Vec::with_capacity(p.depth + 1),
         }
     }
@@ -313,7 +324,7 @@ impl Group {
         for key in self.keys.values_mut() {
             for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                 e.set(SETTLED);
-                out.push(counted(self.labels, e));
+                out.push(counted(self.labels, &key.operation, e));
             }
             trim_key(key, self.labels, now, p, out);
         }
@@ -353,7 +364,7 @@ impl Group {
                 for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                     e.set(SETTLED);
                     self.pending -= 1;
-                    out.push(counted(self.labels, e));
+                    out.push(counted(self.labels, &key.operation, e));
                 }
                 judge_key(&mut key, self.labels, now, p, out);
             }
@@ -374,7 +385,7 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
         let e = key.history.remove(0);
         if !e.has(SETTLED) {
             settled += 1;
-            out.push(counted(labels, &e));
+            out.push(counted(labels, &key.operation, &e));
         }
         if !e.has(JUDGED) && e.kind.class() == Class::Refusal {
             let window_end = e.end.saturating_add(p.probe_window);
@@ -419,8 +430,9 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
     }
 }
 
-fn counted(labels: u32, e: &Entry) -> Event {
+fn counted(labels: u32, operation: &Arc<str>, e: &Entry) -> Event {
     Event::Counted {
+        operation: e.violation.map(|_| Arc::clone(operation)),
         labels,
         kind: e.kind,
         violation: e.violation,

@@ -19,8 +19,9 @@ use crate::config::TrackerConfig;
 use crate::discovery::Declared;
 use group::Group;
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Unix time in nanoseconds: span times and the tracker's clock alike.
 pub type Nanos = u64;
@@ -151,10 +152,12 @@ impl Eviction {
 }
 
 /// What the tracker reports for the caller to record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// An attempt's verdict became final: count it once.
     Counted {
+        /// The operation, when there is a violation to alert on.
+        operation: Option<Arc<str>>,
         /// The group's labels handle.
         labels: u32,
         /// Its kind (and so its class).
@@ -261,12 +264,14 @@ impl Tracker {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds one attempt at clock `now`. Returns its verdict as now known, or `None` when
-    /// the same span was already tracked (an exporter's retry: it is not counted twice).
+    /// Adds one attempt at clock `now`. `operation` names it for alerts; it is formatted
+    /// only when the attempt opens a new key. Returns its verdict as now known, or `None`
+    /// when the same span was already tracked (an exporter's retry: it is not counted twice).
     pub fn observe(
         &self,
         now: Nanos,
         obs: &Observation,
+        operation: &dyn Display,
         out: &mut Vec<Event>,
     ) -> Option<Judgement> {
         let p = &self.params;
@@ -284,7 +289,9 @@ impl Tracker {
                 .groups
                 .entry(obs.group)
                 .or_insert_with(|| Group::new(obs.labels));
-            group.keys.insert(obs.operation, group::Key::new(p));
+            group
+                .keys
+                .insert(obs.operation, group::Key::new(p, &operation.to_string()));
             shard.keys += 1;
             self.keys.fetch_add(1, Ordering::Relaxed);
         }

@@ -112,7 +112,7 @@ fn run_with(config: TrackerConfig, attempts: &[A]) -> Counts {
     let tracker = Tracker::new(&config);
     let mut events = Vec::new();
     for a in attempts {
-        tracker.observe(a.0.end, &a.0, &mut events);
+        tracker.observe(a.0.end, &a.0, &"op", &mut events);
     }
     tracker.finish(&mut events);
     tally(&events)
@@ -123,7 +123,7 @@ fn violations(attempts: &[A]) -> Vec<(u64, Option<&'static str>)> {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     for a in attempts {
-        tracker.observe(a.0.end, &a.0, &mut events);
+        tracker.observe(a.0.end, &a.0, &"op", &mut events);
     }
     tracker.finish(&mut events);
     let mut out: Vec<(u64, Option<&'static str>)> = events
@@ -420,10 +420,10 @@ fn settled_verdicts_do_not_change() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     let refusal = at(1, 100).fails(Outcome::NotSupported).0;
-    tracker.observe(refusal.end, &refusal, &mut events);
+    tracker.observe(refusal.end, &refusal, &"op", &mut events);
     tracker.settle(refusal.end, true, &mut events);
     let read = discovery().0;
-    tracker.observe(read.end, &read, &mut events);
+    tracker.observe(read.end, &read, &"op", &mut events);
     tracker.finish(&mut events);
     let c = tally(&events);
     assert_eq!(c.kinds["unverified_refusal"], 1);
@@ -435,7 +435,7 @@ fn settling_waits_for_the_reorder_window() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     let a = at(1, 100).fails(Outcome::Other).0;
-    tracker.observe(T0, &a, &mut events);
+    tracker.observe(T0, &a, &"op", &mut events);
     tracker.sweep(T0 + 4_999 * MS, &mut events);
     assert_eq!(tally(&events).counted, 0);
     assert!(tracker.has_pending());
@@ -449,8 +449,8 @@ fn the_same_span_sent_twice_counts_once() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     let a = at(1, 100).fails(Outcome::Other).0;
-    assert!(tracker.observe(a.end, &a, &mut events).is_some());
-    assert!(tracker.observe(a.end, &a, &mut events).is_none());
+    assert!(tracker.observe(a.end, &a, &"op", &mut events).is_some());
+    assert!(tracker.observe(a.end, &a, &"op", &mut events).is_none());
     tracker.finish(&mut events);
     assert_eq!(tally(&events).counted, 1);
 }
@@ -460,7 +460,7 @@ fn honored_refusals_are_counted_once_the_window_passes() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     for a in [discovery(), at(1, 100).fails(Outcome::NotSupported)] {
-        tracker.observe(a.0.end, &a.0, &mut events);
+        tracker.observe(a.0.end, &a.0, &"op", &mut events);
     }
     let refusal_end = T0 + 120 * MS;
     tracker.sweep(refusal_end + WINDOW_MS * MS - 1, &mut events);
@@ -502,7 +502,7 @@ fn keys_expire_after_key_ttl() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
     let a = at(1, 0).0;
-    tracker.observe(T0, &a, &mut events);
+    tracker.observe(T0, &a, &"op", &mut events);
     assert_eq!(tracker.keys(), 1);
     tracker.sweep(T0 + 3_599 * 1000 * MS, &mut events);
     assert_eq!(tracker.keys(), 1);
@@ -529,13 +529,13 @@ fn past_max_keys_the_least_recently_used_go() {
     let mut events = Vec::new();
     for op in 0..4u64 {
         let a = at(op, op * 100).client(op).0;
-        tracker.observe(T0 + op, &a, &mut events);
+        tracker.observe(T0 + op, &a, &"op", &mut events);
     }
     // Touch key 0 again so that key 1 is now the least recently used in its shard.
     let again = at(0, 1000).client(0).0;
-    tracker.observe(T0 + 10, &again, &mut events);
+    tracker.observe(T0 + 10, &again, &"op", &mut events);
     let new = at(9, 2000).client(9).0;
-    tracker.observe(T0 + 11, &new, &mut events);
+    tracker.observe(T0 + 11, &new, &"op", &mut events);
     assert_eq!(tracker.keys(), 4);
     let c = tally(&events);
     assert_eq!(c.evicted, 1);
@@ -596,7 +596,7 @@ fn feed(stream: &[Observation], order: &[usize], splits: &[usize], cfg: &Tracker
             boundaries.next();
             now += MS; // a new request arrives a little later
         }
-        tracker.observe(now, &stream[i], &mut events);
+        tracker.observe(now, &stream[i], &"op", &mut events);
     }
     tracker.finish(&mut events);
     let mut c = tally(&events);
@@ -636,7 +636,7 @@ proptest! {
         let tracker = Tracker::new(&config());
         let mut events = Vec::new();
         for o in &stream {
-            tracker.observe(o.end, o, &mut events);
+            tracker.observe(o.end, o, &"op", &mut events);
         }
         tracker.finish(&mut events);
         let mut seen = std::collections::HashSet::new();
@@ -661,7 +661,7 @@ proptest! {
         for (i, (client, op)) in ops.iter().enumerate() {
             let mut a = at(*op, i as u64 * 10).client(*client).0;
             a.span_id = (i as u64).to_be_bytes();
-            tracker.observe(T0 + i as u64, &a, &mut events);
+            tracker.observe(T0 + i as u64, &a, &"op", &mut events);
             prop_assert!(tracker.keys() <= max_keys, "{} keys > {}", tracker.keys(), max_keys);
         }
         tracker.finish(&mut events);
