@@ -156,6 +156,7 @@ fn stages(c: &mut Criterion) {
         Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
         Tracker::new(&config.tracker),
         Metrics::new(&config.metrics),
+        &config.alerting,
     );
     let bodies: Vec<Vec<u8>> = (0..64).map(|n| request(n, 16).encode_to_vec()).collect();
     let mut n = 0;

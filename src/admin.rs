@@ -1,7 +1,8 @@
 //! The admin endpoint: `/metrics` (Prometheus text exposition), `/healthz`, `/readyz`.
 //!
-//! Edge. A read of `/metrics` first settles every pending verdict, so a scrape shows every
-//! attempt received before it, each counted once, and counters never go down.
+//! Edge. A read of `/metrics` (or of `/api/v1/alerts`, the firing alerts) first settles every
+//! pending verdict, so it shows every attempt received before it, each counted once, and
+//! counters never go down.
 
 use crate::receiver::Pipeline;
 use axum::extract::State;
@@ -24,6 +25,7 @@ pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/api/v1/alerts", get(alerts))
         .with_state(Admin { pipeline, ready })
 }
 
@@ -39,6 +41,32 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         admin.pipeline.metrics().render(),
+    )
+}
+
+/// The firing alerts, in the shape of Prometheus's `/api/v1/alerts`.
+async fn alerts(State(admin): State<Admin>) -> impl IntoResponse {
+    admin.pipeline.settle(true);
+    let firing = admin
+        .pipeline
+        .alerter()
+        .firing(crate::receiver::wall_clock());
+    let alerts: Vec<serde_json::Value> = crate::alert::delivery::to_json(&firing, "")
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut a| {
+            if let Some(o) = a.as_object_mut() {
+                o.remove("generatorURL");
+                o.insert("state".into(), "firing".into());
+            }
+            a
+        })
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::json!({ "status": "success", "data": { "alerts": alerts } }).to_string(),
     )
 }
 

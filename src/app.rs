@@ -3,11 +3,13 @@
 //!
 //! Edge. Every listener is bound before anything is spawned, so a port conflict exits
 //! non-zero at once. Shutdown: readiness goes false, the receivers stop accepting and finish
-//! what is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, and
-//! the admin endpoint stops last so a final scrape can still see the counts.
+//! what is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, the
+//! alerts it raised are pushed once more (same deadline), and the admin endpoint stops last
+//! so a final scrape can still see the counts.
 
 use crate::admin;
-use crate::config::Config;
+use crate::alert;
+use crate::config::{AlertmanagerConfig, Config};
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
@@ -52,6 +54,9 @@ pub struct Server {
     /// One task per URL document; replaced on reload.
     watchers: Mutex<Vec<JoinHandle<()>>>,
     http_client: reqwest::Client,
+    /// Pushes alerts to Alertmanager, when one is configured.
+    delivery: Option<JoinHandle<()>>,
+    alertmanager: Option<AlertmanagerConfig>,
 }
 
 /// Logs and counts one document load.
@@ -110,6 +115,7 @@ impl Server {
             Arc::new(Catalog::new(interfaces, documents)),
             Tracker::new(&config.tracker),
             Metrics::new(&config.metrics),
+            &config.alerting,
         ));
         for report in &reports {
             record_load(&pipeline, report);
@@ -178,6 +184,15 @@ impl Server {
             interfaces = pipeline.catalog().current().len(),
             "refusal-gate is serving."
         );
+        let delivery = config.alerting.alertmanager.as_ref().map(|am| {
+            tokio::spawn(alert::delivery::run(
+                Arc::clone(pipeline.alerter()),
+                http_client.clone(),
+                am.url.clone(),
+                am.timeout,
+                format!("http://{}/api/v1/alerts", bound.admin),
+            ))
+        });
         let server = Server {
             bound,
             pipeline,
@@ -189,6 +204,8 @@ impl Server {
             sweeper,
             watchers: Mutex::new(Vec::new()),
             http_client,
+            delivery,
+            alertmanager: config.alerting.alertmanager.clone(),
         };
         server.start_watchers();
         Ok(server)
@@ -263,6 +280,22 @@ impl Server {
             task.abort();
         }
         self.pipeline.settle(true);
+        if let (Some(task), Some(am)) = (self.delivery, &self.alertmanager) {
+            // The last alerts go out once, within the deadline; then the task stops.
+            task.abort();
+            let generator = format!("http://{}/api/v1/alerts", self.bound.admin);
+            let last = alert::delivery::flush(
+                self.pipeline.alerter(),
+                &self.http_client,
+                &am.url,
+                am.timeout,
+                &generator,
+                alert::delivery::FIRST_BACKOFF,
+            );
+            if tokio::time::timeout(DRAIN_DEADLINE, last).await.is_err() {
+                tracing::warn!("The last alerts could not be delivered in time.");
+            }
+        }
         let _ = self.stop_admin.send(true);
         let abort = self.admin.abort_handle();
         if tokio::time::timeout(DRAIN_DEADLINE, self.admin)

@@ -58,6 +58,8 @@ pub struct Config {
     pub tracker: TrackerConfig,
     /// Limits on Prometheus label values.
     pub metrics: MetricsConfig,
+    /// The built-in alerter.
+    pub alerting: AlertingConfig,
     /// The directory relative document paths and globs are resolved against: the
     /// configuration file's own, or the working directory.
     #[serde(skip)]
@@ -277,6 +279,48 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `alerting:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlertingConfig {
+    /// Where to push alerts; none means log lines and `/api/v1/alerts` only.
+    pub alertmanager: Option<AlertmanagerConfig>,
+    /// An alert resolves this long after its last violation.
+    #[serde(deserialize_with = "duration")]
+    pub resolve_after: Duration,
+    /// Alerts below this severity are not raised (`warning` or `critical`).
+    pub min_severity: crate::alert::Severity,
+    /// The most distinct alerts held (firing or waiting for delivery); past it new ones
+    /// are dropped and counted.
+    pub queue_size: usize,
+}
+
+impl Default for AlertingConfig {
+    fn default() -> Self {
+        AlertingConfig {
+            alertmanager: None,
+            resolve_after: Duration::from_secs(300),
+            min_severity: crate::alert::Severity::Warning,
+            queue_size: 10_000,
+        }
+    }
+}
+
+/// `alerting.alertmanager`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertmanagerConfig {
+    /// Alertmanager's base URL, e.g. `http://127.0.0.1:9093`.
+    pub url: String,
+    /// How long one push may take.
+    #[serde(default = "default_push_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+fn default_push_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
 impl Config {
     /// Parses and validates a configuration text.
     ///
@@ -370,6 +414,28 @@ impl Config {
         }
         if self.metrics.max_interfaces == 0 {
             return invalid("metrics.max_interfaces".into(), "must be at least 1");
+        }
+        if self.alerting.resolve_after.is_zero() {
+            return invalid("alerting.resolve_after".into(), "must be longer than 0");
+        }
+        if self.alerting.queue_size == 0 {
+            return invalid("alerting.queue_size".into(), "must be at least 1");
+        }
+        if let Some(am) = &self.alerting.alertmanager {
+            if !(am.url.starts_with("http://") || am.url.starts_with("https://"))
+                || crate::discovery::split_url(&am.url).is_err()
+            {
+                return invalid(
+                    "alerting.alertmanager.url".into(),
+                    "must be an http:// or https:// URL such as http://127.0.0.1:9093",
+                );
+            }
+            if am.timeout.is_zero() {
+                return invalid(
+                    "alerting.alertmanager.timeout".into(),
+                    "must be longer than 0",
+                );
+            }
         }
         let mut names = std::collections::HashSet::new();
         for (i, interface) in self.interfaces.iter().enumerate() {
@@ -563,6 +629,9 @@ metrics:
             ),
             ("receivers: { otlp: { http: { max_request_body_size_mib: 0 } } }", "max_request_body_size_mib"),
             ("exporters: {}", "exporters"),
+            ("alerting: { alertmanager: { url: localhost:9093 } }", "alerting.alertmanager.url"),
+            ("alerting: { min_severity: info }", "min_severity"),
+            ("alerting: { resolve_after: 0s }", "alerting.resolve_after"),
         ];
         for (text, key) in cases {
             let err = Config::parse(text).expect_err(text).to_string();

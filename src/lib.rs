@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod alert;
 pub mod app;
 pub mod classify;
 pub mod config;

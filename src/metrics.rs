@@ -58,6 +58,8 @@ pub struct Metrics {
     label_overflow: IntCounterVec,
     batch_duration: HistogramVec,
     document_loads: IntCounterVec,
+    alerts: IntCounterVec,
+    alert_deliveries: IntCounterVec,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -142,6 +144,18 @@ impl Metrics {
             "Loads of interfaces' discovery documents, by outcome (loaded, not_modified, invalid, refused, failed).",
             &["interface", "outcome"],
         );
+        let alerts = counter_vec(
+            &r,
+            "refusal_gate_alerts_total",
+            "Alerts raised, one per violation at or above the minimum severity.",
+            &["alertname", "severity"],
+        );
+        let alert_deliveries = counter_vec(
+            &r,
+            "refusal_gate_alert_deliveries_total",
+            "Alert deliveries by receiver and outcome (sent, failed and retried, rejected, dropped).",
+            &["receiver", "outcome"],
+        );
         let batch_duration = HistogramVec::new(
             HistogramOpts::new(
                 "refusal_gate_batch_duration_seconds",
@@ -168,8 +182,15 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        // Series a dashboard plots are created at zero, so they show 0 rather than no data.
         for reason in ["ttl", "capacity"] {
             evictions.with_label_values(&[reason]);
+        }
+        for reason in ["not_client", "no_protocol", "duplicate"] {
+            skipped.with_label_values(&[reason]);
+        }
+        for transport in [Transport::Grpc, Transport::Http] {
+            refused_spans.with_label_values(&[transport.as_str(), "malformed_span"]);
         }
         let accepted_spans = [
             accepted.with_label_values(&[Transport::Grpc.as_str()]),
@@ -193,6 +214,8 @@ impl Metrics {
             label_overflow,
             batch_duration,
             document_loads,
+            alerts,
+            alert_deliveries,
         }
     }
 
@@ -351,6 +374,18 @@ impl Metrics {
     pub fn set_tracker_keys(&self, keys: usize) {
         self.tracker_keys
             .set(i64::try_from(keys).unwrap_or(i64::MAX));
+    }
+
+    /// The alert counters, for the alerter: (`refusal_gate_alerts_total`,
+    /// `refusal_gate_alert_deliveries_total`).
+    pub fn alert_counters(&self) -> (IntCounterVec, IntCounterVec) {
+        (self.alerts.clone(), self.alert_deliveries.clone())
+    }
+
+    /// The (client, interface) label values of a pair id.
+    pub fn label_names(&self, id: u32) -> Option<(String, String)> {
+        self.pair(id)
+            .map(|p| (p.client.clone(), p.interface.clone()))
     }
 
     /// Counts one load of a discovery document.

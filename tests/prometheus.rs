@@ -1,44 +1,17 @@
 //! A real Prometheus scrapes a real refusal-gate: the counters it stores are the ones the
 //! spans should have produced, and `promtool check metrics` finds nothing to lint.
 //!
-//! Needs Debian's `prometheus` package, which the README's test command installs. Under
-//! plain `cargo test` without it, the test says so and passes; under the test command
-//! (`REFUSAL_GATE_REQUIRE_EXTERNAL=1`) a missing binary fails it.
+//! Needs Debian's `prometheus` package (and `prometheus-alertmanager` for `amtool`), which
+//! the README's test command installs. Under plain `cargo test` without them, the tests say
+//! so and pass; under the test command (`REFUSAL_GATE_REQUIRE_EXTERNAL=1`) a missing binary
+//! fails them.
 
 mod common;
 
-use common::{export, http_span, scrape, send, start, CONFIG};
+use common::{export, external, free_port, http_span, scrape, send, start, Reaper, CONFIG};
 use std::io::Write;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Whether `binary` is on PATH; when it is not, fails under the test command and skips
-/// (with a message) otherwise.
-pub fn external(binary: &str) -> bool {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {binary}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "{binary} is not installed; the README's test command installs it"
-        );
-        eprintln!("skipped: {binary} is not installed (the README's test command installs it)");
-    }
-    found
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Reaper(Child);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A discovery read and `retries + 1` refused calls to an undeclared path.
 fn storm(service: &str, retries: u64) -> Vec<u8> {
@@ -83,10 +56,7 @@ async fn prometheus_scrapes_the_counters() {
         ),
     )
     .expect("writing the config");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let _prometheus = Reaper(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
@@ -147,4 +117,40 @@ async fn prometheus_scrapes_the_counters() {
     );
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs a command in `dashboards/` and fails with its output unless it succeeds.
+fn check(program: &str, args: &[&str]) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/dashboards");
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn shipped_rules_and_configs_pass_promtool_and_amtool() {
+    if !external("promtool") || !external("amtool") {
+        return;
+    }
+    check(
+        "promtool",
+        &["check", "rules", "prometheus/refusal-gate.rules.yml"],
+    );
+    check(
+        "promtool",
+        &["test", "rules", "prometheus/refusal-gate.rules.test.yml"],
+    );
+    check(
+        "promtool",
+        &["check", "config", "prometheus/prometheus.yml"],
+    );
+    check("amtool", &["check-config", "alertmanager/alertmanager.yml"]);
 }

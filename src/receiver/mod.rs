@@ -9,7 +9,10 @@
 pub mod grpc;
 pub mod http;
 
+use crate::alert::delivery::Alerter;
+use crate::alert::{Alert, AlertKey, Severity};
 use crate::classify;
+use crate::config::AlertingConfig;
 use crate::discovery::loader::Catalog;
 use crate::discovery::Interfaces;
 use crate::extract::{self, Attempt};
@@ -271,6 +274,7 @@ pub struct Pipeline {
     catalog: Arc<Catalog>,
     tracker: Tracker,
     metrics: Metrics,
+    alerter: Arc<Alerter>,
     hasher: RandomState,
 }
 
@@ -279,6 +283,10 @@ pub fn wall_clock() -> Nanos {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
@@ -290,11 +298,18 @@ fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
 
 impl Pipeline {
     /// Wires the pure stages to their state.
-    pub fn new(catalog: Arc<Catalog>, tracker: Tracker, metrics: Metrics) -> Pipeline {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        tracker: Tracker,
+        metrics: Metrics,
+        alerting: &AlertingConfig,
+    ) -> Pipeline {
+        let (alerts, deliveries) = metrics.alert_counters();
         Pipeline {
             catalog,
             tracker,
             metrics,
+            alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
             hasher: RandomState::new(),
         }
     }
@@ -302,6 +317,50 @@ impl Pipeline {
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The alerter.
+    pub fn alerter(&self) -> &Arc<Alerter> {
+        &self.alerter
+    }
+
+    /// Records what the tracker reported: counters, and an alert for every violation.
+    fn record(&self, events: &[Event]) {
+        self.metrics.record(events);
+        let now = wall_clock();
+        for event in events {
+            let Event::Counted {
+                labels,
+                violation: Some(violation),
+                operation,
+                trace_id,
+                span_id,
+                ..
+            } = event
+            else {
+                continue;
+            };
+            let Some((client, interface)) = self.metrics.label_names(*labels) else {
+                continue;
+            };
+            self.alerter.raise(
+                now,
+                Alert {
+                    key: AlertKey {
+                        alertname: violation.alert_name(),
+                        client,
+                        interface,
+                    },
+                    severity: Severity::of(*violation),
+                    violation: *violation,
+                    operation: operation.as_deref().unwrap_or("").to_owned(),
+                    trace_id: hex(trace_id),
+                    span_id: hex(span_id),
+                    starts_at: now,
+                    ends_at: now,
+                },
+            );
+        }
     }
 
     /// The interfaces and their documents.
@@ -342,7 +401,7 @@ impl Pipeline {
             self.metrics
                 .refused_spans(transport, "malformed_span", batch.malformed);
         }
-        self.metrics.record(&events);
+        self.record(&events);
         self.metrics.accepted(transport, summary.accepted);
         summary
     }
@@ -395,14 +454,14 @@ impl Pipeline {
     pub fn settle(&self, force: bool) {
         let mut events = Vec::new();
         self.tracker.settle(wall_clock(), force, &mut events);
-        self.metrics.record(&events);
+        self.record(&events);
     }
 
     /// The periodic sweep: settles, counts honored refusals, expires keys.
     pub fn sweep(&self) {
         let mut events = Vec::new();
         self.tracker.sweep(wall_clock(), &mut events);
-        self.metrics.record(&events);
+        self.record(&events);
         self.metrics.set_tracker_keys(self.tracker.keys());
     }
 }

@@ -146,3 +146,40 @@ pub async fn send(bound: &Bound, body: Vec<u8>) {
         .expect("the receiver answers");
     assert_eq!(r.status(), 200);
 }
+
+/// Whether `binary` is on PATH. When it is not, fails under the test command
+/// (`REFUSAL_GATE_REQUIRE_EXTERNAL=1`, which installs it first) and skips with a message
+/// otherwise.
+pub fn external(binary: &str) -> bool {
+    let found = std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {binary}")])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
+            "{binary} is not installed; the README's test command installs it"
+        );
+        eprintln!("skipped: {binary} is not installed (the README's test command installs it)");
+    }
+    found
+}
+
+/// Kills the child process when the test ends, however it ends.
+pub struct Reaper(pub std::process::Child);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A free loopback port (free when asked; the caller binds it soon after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}

@@ -1,0 +1,229 @@
+//! Alert delivery: the structured log line, the push to Alertmanager's v2 API, and the
+//! list of firing alerts the admin endpoint serves.
+//!
+//! Edge. Ingestion raises alerts into [`Alerter`], which holds the pure [`ActiveAlerts`]
+//! behind a `std::sync::Mutex` (held for one insert; never across an `.await`), so raising
+//! never waits on the network. The set is the bounded queue: at most
+//! `alerting.queue_size` distinct alerts; past it new ones are dropped and counted. The
+//! delivery task wakes every [`FLUSH_INTERVAL`], takes what changed and pushes it in one
+//! batch, following the product's own rule: 5xx, 408, 429, timeouts and connection errors
+//! are retried with backoff (honouring `Retry-After`); any other 4xx is not.
+
+use super::{ActiveAlerts, Alert, Raised};
+use crate::config::AlertingConfig;
+use crate::tracker::Nanos;
+use prometheus::IntCounterVec;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, UNIX_EPOCH};
+
+/// How often changed alerts are pushed, in one batch.
+pub const FLUSH_INTERVAL: Duration = Duration::from_secs(1);
+/// The first wait after a failed push; it doubles up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait between retries of a push.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The `receiver` label of Alertmanager deliveries.
+pub const ALERTMANAGER: &str = "alertmanager";
+
+/// The alerts raised so far and the counters of their fate.
+pub struct Alerter {
+    state: Mutex<ActiveAlerts>,
+    alerts_total: IntCounterVec,
+    deliveries: IntCounterVec,
+}
+
+impl Alerter {
+    /// An alerter with `config`'s limits, counting into the given counters
+    /// (`refusal_gate_alerts_total`, `refusal_gate_alert_deliveries_total`).
+    pub fn new(
+        config: &AlertingConfig,
+        alerts_total: IntCounterVec,
+        deliveries: IntCounterVec,
+    ) -> Alerter {
+        let resolve_after = u64::try_from(config.resolve_after.as_nanos()).unwrap_or(u64::MAX);
+        Alerter {
+            state: Mutex::new(ActiveAlerts::new(
+                config.queue_size,
+                resolve_after,
+                config.min_severity,
+            )),
+            alerts_total,
+            deliveries,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ActiveAlerts> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Raises one violation's alert at `now`: counts it, logs it when it starts firing.
+    pub fn raise(&self, now: Nanos, alert: Alert) {
+        let (name, severity) = (alert.key.alertname, alert.severity);
+        let log = alert.clone();
+        match self.state().raise(now, alert) {
+            Raised::Ignored => return,
+            Raised::Dropped => {
+                self.deliveries
+                    .with_label_values(&[ALERTMANAGER, "dropped"])
+                    .inc();
+            }
+            Raised::New => tracing::warn!(
+                alertname = log.key.alertname, severity = log.severity.as_str(),
+                client = %log.key.client, interface = %log.key.interface,
+                violation = log.violation.as_str(), operation = %log.operation,
+                trace_id = %log.trace_id, span_id = %log.span_id,
+                "Alert firing."
+            ),
+            Raised::Extended => {}
+        }
+        self.alerts_total
+            .with_label_values(&[name, severity.as_str()])
+            .inc();
+    }
+
+    /// The alerts firing at `now`.
+    pub fn firing(&self, now: Nanos) -> Vec<Alert> {
+        self.state().firing(now)
+    }
+
+    fn count(&self, outcome: &str) {
+        self.deliveries
+            .with_label_values(&[ALERTMANAGER, outcome])
+            .inc();
+    }
+}
+
+fn rfc3339(nanos: Nanos) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_nanos(nanos)).to_string()
+}
+
+/// Alerts as Alertmanager's `POST /api/v2/alerts` takes them.
+pub fn to_json(alerts: &[Alert], generator_url: &str) -> serde_json::Value {
+    alerts
+        .iter()
+        .map(|a| {
+            let labels: serde_json::Map<String, serde_json::Value> = a
+                .labels()
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), serde_json::Value::from(*v)))
+                .collect();
+            serde_json::json!({
+                "labels": labels,
+                "annotations": {
+                    "summary": a.summary(),
+                    "operation": a.operation,
+                    "trace_id": a.trace_id,
+                    "span_id": a.span_id,
+                },
+                "startsAt": rfc3339(a.starts_at),
+                "endsAt": rfc3339(a.ends_at),
+                "generatorURL": generator_url,
+            })
+        })
+        .collect()
+}
+
+/// What one push came to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// Accepted.
+    Sent,
+    /// A retryable failure, with what the receiver asked us to wait.
+    Retry(String, Option<Duration>),
+    /// A final refusal: not retried.
+    Rejected(String),
+}
+
+/// Pushes a batch once.
+pub async fn push(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    body: &serde_json::Value,
+) -> Pushed {
+    let response = match client
+        .post(format!("{}/api/v2/alerts", url.trim_end_matches('/')))
+        .timeout(timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => return Pushed::Retry(e.to_string(), None),
+    };
+    let status = response.status();
+    if status.is_success() {
+        return Pushed::Sent;
+    }
+    let code = status.as_u16();
+    if status.is_server_error() || code == 408 || code == 429 {
+        let after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        return Pushed::Retry(format!("HTTP {status}"), after);
+    }
+    let text = response.text().await.unwrap_or_default();
+    Pushed::Rejected(format!("HTTP {status}: {}", text.trim()))
+}
+
+/// Delivers changed alerts to Alertmanager until the task is aborted.
+pub async fn run(
+    alerter: Arc<Alerter>,
+    client: reqwest::Client,
+    url: String,
+    timeout: Duration,
+    generator_url: String,
+) {
+    let mut backoff = FIRST_BACKOFF;
+    loop {
+        tokio::time::sleep(FLUSH_INTERVAL).await;
+        let wait = flush(&alerter, &client, &url, timeout, &generator_url, backoff).await;
+        if let Some(wait) = wait {
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            tokio::time::sleep(wait.saturating_sub(FLUSH_INTERVAL)).await;
+        } else {
+            backoff = FIRST_BACKOFF;
+        }
+    }
+}
+
+/// Pushes what changed once; returns how long to wait before the next try when it should
+/// be retried.
+pub async fn flush(
+    alerter: &Alerter,
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    generator_url: &str,
+    backoff: Duration,
+) -> Option<Duration> {
+    let batch = {
+        let mut state = alerter.state();
+        state.expire(crate::receiver::wall_clock());
+        state.take_changed()
+    };
+    if batch.is_empty() {
+        return None;
+    }
+    match push(client, url, timeout, &to_json(&batch, generator_url)).await {
+        Pushed::Sent => {
+            alerter.count("sent");
+            None
+        }
+        Pushed::Retry(why, after) => {
+            alerter.count("failed");
+            tracing::warn!(url, error = %why, alerts = batch.len(), "Alert delivery failed; retrying with backoff.");
+            alerter.state().mark_changed(&batch);
+            Some(after.unwrap_or(backoff).min(MAX_BACKOFF.max(backoff)))
+        }
+        Pushed::Rejected(why) => {
+            alerter.count("rejected");
+            tracing::error!(url, error = %why, alerts = batch.len(), "Alertmanager refused the alerts; not retried.");
+            None
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! Alert rules: which alert each violation raises, and the set of active alerts,
+//! deduplicated by (alertname, client, interface), each resolving by itself
+//! `resolve_after` after its last violation (DESIGN §6).
+//!
+//! Core: pure. Time is passed in; nothing here logs, locks or sends. [`delivery`] is the
+//! edge that wraps [`ActiveAlerts`] in a lock and pushes what changed to Alertmanager.
+
+pub mod delivery;
+
+use crate::tracker::{Nanos, Violation};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+
+/// How urgent an alert is. Ordered: `Warning < Critical`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth a look.
+    Warning,
+    /// A client retried after an authoritative refusal.
+    Critical,
+}
+
+impl Severity {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+
+    /// The severity of the alert a violation raises.
+    pub fn of(violation: Violation) -> Severity {
+        match violation {
+            Violation::RetryAfterRefusal => Severity::Critical,
+            _ => Severity::Warning,
+        }
+    }
+}
+
+/// The identity of an alert: Alertmanager's deduplication key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AlertKey {
+    /// One of the five alert names.
+    pub alertname: &'static str,
+    /// The `client` label.
+    pub client: String,
+    /// The `interface` label.
+    pub interface: String,
+}
+
+/// One alert as Alertmanager's v2 API takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alert {
+    /// Its identity.
+    pub key: AlertKey,
+    /// `critical` or `warning`.
+    pub severity: Severity,
+    /// The violation that raised it.
+    pub violation: Violation,
+    /// The latest violating operation.
+    pub operation: String,
+    /// The latest violating span's trace id, hex.
+    pub trace_id: String,
+    /// The latest violating span's id, hex.
+    pub span_id: String,
+    /// When it started firing (the first violation).
+    pub starts_at: Nanos,
+    /// When it resolves unless another violation comes: last violation + `resolve_after`.
+    pub ends_at: Nanos,
+}
+
+impl Alert {
+    /// The one-line summary annotation.
+    pub fn summary(&self) -> String {
+        let what = match self.violation {
+            Violation::RetryAfterRefusal => "retried after an authoritative refusal",
+            Violation::RetryWithoutDiscovery => {
+                "retried a refusal without reading the discovery document"
+            }
+            Violation::RetryAfterAmbiguous => "retried after an ambiguous response",
+            Violation::RetryBudgetExhausted => "retried past its retry budget",
+            Violation::ProbeAfterRefusal => "probed undeclared paths after a refusal",
+        };
+        format!(
+            "{} {what} from {} ({})",
+            self.key.client, self.key.interface, self.operation
+        )
+    }
+
+    /// Its labels, as DESIGN §6 names them.
+    pub fn labels(&self) -> [(&'static str, &str); 5] {
+        [
+            ("alertname", self.key.alertname),
+            ("severity", self.severity.as_str()),
+            ("client", &self.key.client),
+            ("interface", &self.key.interface),
+            ("violation", self.violation.as_str()),
+        ]
+    }
+}
+
+/// What raising an alert did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raised {
+    /// It was not firing: it starts now.
+    New,
+    /// It was firing: its end moves on.
+    Extended,
+    /// Below the minimum severity: ignored.
+    Ignored,
+    /// The set is full of firing alerts: dropped.
+    Dropped,
+}
+
+/// The active alerts and which of them changed since the last delivery.
+#[derive(Debug)]
+pub struct ActiveAlerts {
+    alerts: HashMap<AlertKey, Alert>,
+    changed: HashSet<AlertKey>,
+    capacity: usize,
+    resolve_after: Nanos,
+    min_severity: Severity,
+}
+
+impl ActiveAlerts {
+    /// An empty set holding at most `capacity` alerts.
+    pub fn new(capacity: usize, resolve_after: Nanos, min_severity: Severity) -> ActiveAlerts {
+        ActiveAlerts {
+            alerts: HashMap::new(),
+            changed: HashSet::new(),
+            capacity: capacity.max(1),
+            resolve_after,
+            min_severity,
+        }
+    }
+
+    /// Raises the alert of a violation at `now`. The alert carries the latest violation's
+    /// operation and span; it ends `resolve_after` after it.
+    pub fn raise(&mut self, now: Nanos, mut alert: Alert) -> Raised {
+        if alert.severity < self.min_severity {
+            return Raised::Ignored;
+        }
+        alert.ends_at = now.saturating_add(self.resolve_after);
+        if let Some(firing) = self.alerts.get_mut(&alert.key) {
+            if firing.ends_at > now {
+                alert.starts_at = firing.starts_at;
+                *firing = alert.clone();
+                self.changed.insert(alert.key);
+                return Raised::Extended;
+            }
+        }
+        if self.alerts.len() >= self.capacity && !self.alerts.contains_key(&alert.key) {
+            self.expire(now);
+            if self.alerts.len() >= self.capacity {
+                return Raised::Dropped;
+            }
+        }
+        alert.starts_at = now;
+        self.changed.insert(alert.key.clone());
+        self.alerts.insert(alert.key.clone(), alert);
+        Raised::New
+    }
+
+    /// Forgets the alerts that have resolved by `now`.
+    pub fn expire(&mut self, now: Nanos) {
+        self.alerts.retain(|_, a| a.ends_at > now);
+        let alerts = &self.alerts;
+        self.changed.retain(|k| alerts.contains_key(k));
+    }
+
+    /// The alerts that changed since the last call, for delivery.
+    pub fn take_changed(&mut self) -> Vec<Alert> {
+        let keys: Vec<AlertKey> = self.changed.drain().collect();
+        keys.into_iter()
+            .filter_map(|k| self.alerts.get(&k).cloned())
+            .collect()
+    }
+
+    /// Marks alerts as changed again, after a delivery that should be retried.
+    pub fn mark_changed(&mut self, alerts: &[Alert]) {
+        for a in alerts {
+            if self.alerts.contains_key(&a.key) {
+                self.changed.insert(a.key.clone());
+            }
+        }
+    }
+
+    /// The alerts firing at `now`.
+    pub fn firing(&self, now: Nanos) -> Vec<Alert> {
+        let mut out: Vec<Alert> = self
+            .alerts
+            .values()
+            .filter(|a| a.ends_at > now)
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| (a.starts_at, &a.key.client).cmp(&(b.starts_at, &b.key.client)));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Nanos = 1_000_000_000;
+
+    fn alert(violation: Violation, client: &str) -> Alert {
+        Alert {
+            key: AlertKey {
+                alertname: violation.alert_name(),
+                client: client.into(),
+                interface: "i".into(),
+            },
+            severity: Severity::of(violation),
+            violation,
+            operation: "POST /x".into(),
+            trace_id: "00".into(),
+            span_id: "00".into(),
+            starts_at: 0,
+            ends_at: 0,
+        }
+    }
+
+    #[test]
+    fn severities_follow_the_contract() {
+        assert_eq!(
+            Severity::of(Violation::RetryAfterRefusal),
+            Severity::Critical
+        );
+        for v in &Violation::ALL[1..] {
+            assert_eq!(Severity::of(*v), Severity::Warning, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn alerts_are_deduplicated_and_resolve_by_themselves() {
+        let mut set = ActiveAlerts::new(10, 300 * S, Severity::Warning);
+        assert_eq!(
+            set.raise(10 * S, alert(Violation::RetryAfterRefusal, "a")),
+            Raised::New
+        );
+        assert_eq!(
+            set.raise(20 * S, alert(Violation::RetryAfterRefusal, "a")),
+            Raised::Extended
+        );
+        let changed = set.take_changed();
+        assert_eq!(
+            changed.len(),
+            1,
+            "one alert per (alertname, client, interface)"
+        );
+        assert_eq!(changed[0].starts_at, 10 * S);
+        assert_eq!(
+            changed[0].ends_at,
+            320 * S,
+            "last violation + resolve_after"
+        );
+        assert!(set.take_changed().is_empty(), "nothing changed since");
+        assert_eq!(set.firing(319 * S).len(), 1);
+        assert!(set.firing(320 * S).is_empty(), "resolved by itself");
+        // After it resolved, the next violation starts a new alert.
+        assert_eq!(
+            set.raise(400 * S, alert(Violation::RetryAfterRefusal, "a")),
+            Raised::New
+        );
+        assert_eq!(set.take_changed()[0].starts_at, 400 * S);
+    }
+
+    #[test]
+    fn minimum_severity_and_capacity() {
+        let mut set = ActiveAlerts::new(2, 300 * S, Severity::Critical);
+        assert_eq!(
+            set.raise(S, alert(Violation::ProbeAfterRefusal, "a")),
+            Raised::Ignored
+        );
+        assert_eq!(
+            set.raise(S, alert(Violation::RetryAfterRefusal, "a")),
+            Raised::New
+        );
+        assert_eq!(
+            set.raise(S, alert(Violation::RetryAfterRefusal, "b")),
+            Raised::New
+        );
+        assert_eq!(
+            set.raise(S, alert(Violation::RetryAfterRefusal, "c")),
+            Raised::Dropped
+        );
+        // Once the others resolve there is room again.
+        assert_eq!(
+            set.raise(302 * S, alert(Violation::RetryAfterRefusal, "c")),
+            Raised::New
+        );
+    }
+
+    #[test]
+    fn a_failed_delivery_is_marked_for_the_next_one() {
+        let mut set = ActiveAlerts::new(10, 300 * S, Severity::Warning);
+        set.raise(S, alert(Violation::RetryAfterAmbiguous, "a"));
+        let sent = set.take_changed();
+        set.mark_changed(&sent);
+        assert_eq!(set.take_changed(), sent);
+        let a = &sent[0];
+        assert!(a.summary().contains("retried after an ambiguous response"));
+        assert_eq!(a.labels()[0], ("alertname", "RetryAfterAmbiguousResponse"));
+    }
+}
