@@ -284,13 +284,17 @@ impl Server {
             // The last alerts go out once, within the deadline; then the task stops.
             task.abort();
             let generator = format!("http://{}/api/v1/alerts", self.bound.admin);
+            let mut backoff = crate::retry::Backoff::new(
+                alert::delivery::FIRST_BACKOFF,
+                alert::delivery::MAX_BACKOFF,
+            );
             let last = alert::delivery::flush(
                 self.pipeline.alerter(),
                 &self.http_client,
                 &am.url,
                 am.timeout,
                 &generator,
-                alert::delivery::FIRST_BACKOFF,
+                &mut backoff,
             );
             if tokio::time::timeout(DRAIN_DEADLINE, last).await.is_err() {
                 tracing::warn!("The last alerts could not be delivered in time.");

@@ -16,4 +16,5 @@ pub mod discovery;
 pub mod extract;
 pub mod metrics;
 pub mod receiver;
+pub mod retry;
 pub mod tracker;

@@ -11,6 +11,7 @@
 
 use super::{ActiveAlerts, Alert, Raised};
 use crate::config::AlertingConfig;
+use crate::retry::{self, Answer, Backoff};
 use crate::tracker::Nanos;
 use prometheus::IntCounterVec;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -153,21 +154,18 @@ pub async fn push(
         Err(e) => return Pushed::Retry(e.to_string(), None),
     };
     let status = response.status();
-    if status.is_success() {
-        return Pushed::Sent;
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok());
+    match retry::judge(status.as_u16(), retry_after) {
+        Answer::Success => Pushed::Sent,
+        Answer::Retry(after) => Pushed::Retry(format!("HTTP {status}"), after),
+        Answer::Final => {
+            let text = response.text().await.unwrap_or_default();
+            Pushed::Rejected(format!("HTTP {status}: {}", text.trim()))
+        }
     }
-    let code = status.as_u16();
-    if status.is_server_error() || code == 408 || code == 429 {
-        let after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        return Pushed::Retry(format!("HTTP {status}"), after);
-    }
-    let text = response.text().await.unwrap_or_default();
-    Pushed::Rejected(format!("HTTP {status}: {}", text.trim()))
 }
 
 /// Delivers changed alerts to Alertmanager until the task is aborted.
@@ -178,15 +176,21 @@ pub async fn run(
     timeout: Duration,
     generator_url: String,
 ) {
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     loop {
         tokio::time::sleep(FLUSH_INTERVAL).await;
-        let wait = flush(&alerter, &client, &url, timeout, &generator_url, backoff).await;
-        if let Some(wait) = wait {
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-            tokio::time::sleep(wait.saturating_sub(FLUSH_INTERVAL)).await;
-        } else {
-            backoff = FIRST_BACKOFF;
+        match flush(
+            &alerter,
+            &client,
+            &url,
+            timeout,
+            &generator_url,
+            &mut backoff,
+        )
+        .await
+        {
+            Some(wait) => tokio::time::sleep(wait.saturating_sub(FLUSH_INTERVAL)).await,
+            None => backoff.reset(),
         }
     }
 }
@@ -199,7 +203,7 @@ pub async fn flush(
     url: &str,
     timeout: Duration,
     generator_url: &str,
-    backoff: Duration,
+    backoff: &mut Backoff,
 ) -> Option<Duration> {
     let batch = {
         let mut state = alerter.state();
@@ -218,7 +222,7 @@ pub async fn flush(
             alerter.count("failed");
             tracing::warn!(url, error = %why, alerts = batch.len(), "Alert delivery failed; retrying with backoff.");
             alerter.state().mark_changed(&batch);
-            Some(after.unwrap_or(backoff).min(MAX_BACKOFF.max(backoff)))
+            Some(backoff.wait(after))
         }
         Pushed::Rejected(why) => {
             alerter.count("rejected");

@@ -12,6 +12,7 @@
 use super::document::{self, Contract};
 use super::Interfaces;
 use crate::config::{Config, DiscoveryConfig, DocumentSource, InterfaceConfig};
+use crate::retry::{self, Answer, Backoff};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -312,15 +313,15 @@ pub async fn fetch(
     let retry_after = response
         .headers()
         .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
-    let code = status.as_u16();
-    if status.is_server_error() || code == 408 || code == 429 {
-        return Fetched::Failure(LoadOutcome::Failed, format!("HTTP {status}"), retry_after);
-    }
-    if !status.is_success() {
-        return Fetched::Failure(LoadOutcome::Refused, format!("HTTP {status}"), None);
+        .and_then(|v| v.to_str().ok());
+    match retry::judge(status.as_u16(), retry_after) {
+        Answer::Success => {}
+        Answer::Retry(after) => {
+            return Fetched::Failure(LoadOutcome::Failed, format!("HTTP {status}"), after)
+        }
+        Answer::Final => {
+            return Fetched::Failure(LoadOutcome::Refused, format!("HTTP {status}"), None)
+        }
     }
     let etag = response
         .headers()
@@ -336,25 +337,21 @@ pub async fn fetch(
     }
 }
 
-/// How long to wait after a load, and the backoff to use next time.
+/// How long to wait after a load: `refresh` after a success (or an invalid document),
+/// the backoff after a retryable failure, and never again after a refusal.
 pub fn next_wait(
     outcome: LoadOutcome,
-    backoff: Duration,
+    backoff: &mut Backoff,
     retry_after: Option<Duration>,
     refresh: Duration,
-) -> (Option<Duration>, Duration) {
+) -> Option<Duration> {
     match outcome {
         LoadOutcome::Loaded | LoadOutcome::NotModified | LoadOutcome::Invalid => {
-            (Some(refresh), FIRST_BACKOFF)
+            backoff.reset();
+            Some(refresh)
         }
-        LoadOutcome::Refused => (None, FIRST_BACKOFF),
-        LoadOutcome::Failed => {
-            let wait = retry_after
-                .unwrap_or(backoff)
-                .min(refresh)
-                .min(MAX_BACKOFF.max(backoff));
-            (Some(wait), (backoff * 2).min(MAX_BACKOFF).min(refresh))
-        }
+        LoadOutcome::Refused => None,
+        LoadOutcome::Failed => Some(backoff.wait(retry_after)),
     }
 }
 
@@ -369,7 +366,7 @@ pub async fn watch(
 ) {
     let url = source.url.clone().unwrap_or_default();
     let mut etag: Option<String> = None;
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF.min(source.refresh));
     loop {
         let (outcome, error, retry_after) = match fetch(&client, &source, etag.as_deref()).await {
             Fetched::Document(contract, new_etag) => {
@@ -386,9 +383,7 @@ pub async fn watch(
             outcome,
             error,
         });
-        let (wait, next) = next_wait(outcome, backoff, retry_after, source.refresh);
-        backoff = next;
-        match wait {
+        match next_wait(outcome, &mut backoff, retry_after, source.refresh) {
             Some(wait) => tokio::time::sleep(wait).await,
             None => return,
         }
@@ -402,39 +397,29 @@ mod tests {
     #[test]
     fn waits_follow_the_product_rule() {
         let refresh = Duration::from_secs(300);
-        let b = FIRST_BACKOFF;
+        let mut b = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         assert_eq!(
-            next_wait(LoadOutcome::Loaded, b * 8, None, refresh),
-            (Some(refresh), b)
+            next_wait(LoadOutcome::Failed, &mut b, None, refresh),
+            Some(FIRST_BACKOFF)
         );
         assert_eq!(
-            next_wait(LoadOutcome::Refused, b, None, refresh).0,
+            next_wait(LoadOutcome::Failed, &mut b, None, refresh),
+            Some(FIRST_BACKOFF * 2)
+        );
+        assert_eq!(
+            next_wait(LoadOutcome::Refused, &mut b, None, refresh),
             None,
             "refusals are final"
         );
         assert_eq!(
-            next_wait(LoadOutcome::Failed, b, None, refresh),
-            (Some(b), b * 2)
+            next_wait(LoadOutcome::Loaded, &mut b, None, refresh),
+            Some(refresh)
         );
         assert_eq!(
-            next_wait(LoadOutcome::Failed, b * 2, None, refresh),
-            (Some(b * 2), b * 4)
+            next_wait(LoadOutcome::Failed, &mut b, None, refresh),
+            Some(FIRST_BACKOFF),
+            "a success resets the backoff"
         );
-        let (wait, _) = next_wait(
-            LoadOutcome::Failed,
-            b,
-            Some(Duration::from_secs(7)),
-            refresh,
-        );
-        assert_eq!(
-            wait,
-            Some(Duration::from_secs(7)),
-            "Retry-After is honoured"
-        );
-        let (wait, next) = next_wait(LoadOutcome::Failed, MAX_BACKOFF, None, refresh);
-        assert_eq!((wait, next), (Some(MAX_BACKOFF), MAX_BACKOFF), "capped");
-        let short = Duration::from_secs(2);
-        assert!(next_wait(LoadOutcome::Failed, MAX_BACKOFF, None, short).0 <= Some(short));
     }
 
     #[test]
