@@ -7,9 +7,6 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::config::{Config, TrackerConfig};
@@ -19,101 +16,14 @@ use refusal_gate::extract;
 use refusal_gate::metrics::Metrics;
 use refusal_gate::receiver::{decode, Encoding, Pipeline, Transport};
 use refusal_gate::tracker::{GroupId, Observation, Tracker};
+use refusal_gate::workload;
 use std::hint::black_box;
 use std::sync::Arc;
 
 const SPANS: usize = 100;
 
-fn kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    }
-}
-
-fn s(key: &str, v: &str) -> KeyValue {
-    kv(key, Value::StringValue(v.into()))
-}
-
-fn i(key: &str, v: i64) -> KeyValue {
-    kv(key, Value::IntValue(v))
-}
-
-/// The i-th span of the mix: HTTP, MCP and gRPC in turn, every fifth one failing.
-fn span(n: usize, request: usize) -> Span {
-    let fail = n % 5 == 0;
-    let attributes = match n % 3 {
-        0 => vec![
-            s("http.request.method", "POST"),
-            s(
-                "url.full",
-                &format!("http://api{}.example:8080/v1/items/{}", n % 7, n % 11),
-            ),
-            s("server.address", &format!("api{}.example", n % 7)),
-            i("server.port", 8080),
-            i("http.response.status_code", if fail { 503 } else { 200 }),
-            s("network.protocol.version", "1.1"),
-            s("user_agent.original", "agent/1.0"),
-            i("http.request.body.size", 512),
-            s("error.type", if fail { "503" } else { "" }),
-        ],
-        1 => vec![
-            s("mcp.method.name", "tools/call"),
-            s("gen_ai.tool.name", &format!("tool_{}", n % 13)),
-            s("gen_ai.operation.name", "execute_tool"),
-            s("server.address", "mcp.example"),
-            i("server.port", 8080),
-            s("network.transport", "tcp"),
-            s("jsonrpc.request.id", &n.to_string()),
-            s("mcp.session.id", "5f1c3c7e"),
-            s(
-                "rpc.response.status_code",
-                if fail { "-32602" } else { "0" },
-            ),
-        ],
-        _ => vec![
-            s("rpc.system", "grpc"),
-            s("rpc.service", "inventory.v1.Stock"),
-            s("rpc.method", &format!("Get{}", n % 5)),
-            i("rpc.grpc.status_code", if fail { 14 } else { 0 }),
-            s("server.address", "stock.example"),
-            i("server.port", 50051),
-            s("network.peer.address", "10.0.0.7"),
-            s("network.type", "ipv4"),
-        ],
-    };
-    let t0 = 1_700_000_000_000_000_000u64 + (request * SPANS + n) as u64 * 1_000_000;
-    Span {
-        trace_id: ((request * SPANS + n) as u128).to_be_bytes().to_vec(),
-        span_id: ((request * SPANS + n) as u64).to_be_bytes().to_vec(),
-        name: "call".into(),
-        kind: 3,
-        start_time_unix_nano: t0,
-        end_time_unix_nano: t0 + 500_000,
-        attributes,
-        ..Default::default()
-    }
-}
-
 fn request(n: usize, clients: usize) -> ExportTraceServiceRequest {
-    ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![
-                    s("service.name", &format!("agent-{}", n % clients)),
-                    s("service.instance.id", &format!("pod-{}", n % clients)),
-                    s("telemetry.sdk.language", "rust"),
-                ],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans: (0..SPANS).map(|k| span(k, n)).collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    workload::request(n, clients, SPANS)
 }
 
 fn stages(c: &mut Criterion) {

@@ -197,7 +197,8 @@ impl<'a> Slots<'a> {
                 "rpc.response.status_code" => self.rpc_response_status = Some(v),
                 "rpc.status_code" => self.rpc_status = Some(v),
                 "rpc.grpc.status_code" => self.grpc_status = as_int(v),
-                "error.type" => self.error_type = as_str(v),
+                // An empty error.type says nothing: some SDKs set it on every span.
+                "error.type" => self.error_type = as_str(v).filter(|t| !t.is_empty()),
                 "http.request.resend_count" | "http.resend_count" | "http.retry_count" => {
                     self.resend = self.resend.max(as_int(v))
                 }

@@ -16,5 +16,7 @@ pub mod discovery;
 pub mod extract;
 pub mod metrics;
 pub mod receiver;
+pub mod replay;
 pub mod retry;
 pub mod tracker;
+pub mod workload;

@@ -29,6 +29,39 @@ enum Command {
     Validate,
     /// Print the default configuration, every key with its default.
     DefaultConfig,
+    /// Analyse recorded traces (OTLP JSON lines, plain or gzip; `-` for standard input)
+    /// offline and report what each client wasted. Without --config, a configuration
+    /// beside the first recording (`rec.jsonl` → `rec.yaml`) is used when there is one.
+    Replay {
+        /// The report's format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+        /// The recordings.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<String>,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+/// The configuration a recording comes with: `NAME.yaml` beside `NAME.jsonl[.gz]`.
+fn beside(recording: &str) -> Option<PathBuf> {
+    if recording == "-" {
+        return None;
+    }
+    let path = std::path::Path::new(recording);
+    let name = path.file_name()?.to_str()?;
+    let stem = name.strip_suffix(".gz").unwrap_or(name);
+    let stem = stem
+        .strip_suffix(".jsonl")
+        .or_else(|| stem.strip_suffix(".json"))
+        .unwrap_or(stem);
+    let candidate = path.with_file_name(format!("{stem}.yaml"));
+    candidate.is_file().then_some(candidate)
 }
 
 fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -54,16 +87,22 @@ fn validate_documents(config: &Config) -> anyhow::Result<usize> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // A replay prints a report; its log (alerts firing, documents loaded) would only bury it.
+    let default_level = if matches!(cli.command, Some(Command::Replay { .. })) {
+        "error"
+    } else {
+        "info"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let result = match cli.command.take().unwrap_or(Command::Serve) {
         Command::DefaultConfig => {
             print!("{DEFAULT_CONFIG}");
             Ok(())
@@ -74,6 +113,21 @@ fn main() -> ExitCode {
                 .and_then(|config| validate_documents(&config))
                 .map(|n| println!("{}: valid ({n} interfaces)", path.display())),
         },
+        Command::Replay { format, files } => {
+            let config = match (&cli.config, files.first().and_then(|f| beside(f))) {
+                (None, Some(found)) => {
+                    eprintln!(
+                        "refusal-gate: using {} (beside the recording)",
+                        found.display()
+                    );
+                    load(Some(&found))
+                }
+                (given, _) => load(given.as_ref()),
+            };
+            config.and_then(|config| {
+                refusal_gate::replay::run(&config, &files, format == Format::Json).map(|_| ())
+            })
+        }
         Command::Serve => load(cli.config.as_ref()).and_then(|config| {
             tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

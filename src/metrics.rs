@@ -402,6 +402,11 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// Every metric family, as the text exposition would show it (for reports).
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();

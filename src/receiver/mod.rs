@@ -210,7 +210,24 @@ fn fields(mut buf: &[u8], wanted: u32) -> Result<Vec<&[u8]>, String> {
 /// OTLP/JSON, leniently: the request must be a JSON object of the right shape; each span
 /// that does not deserialize is skipped and counted.
 fn decode_json(body: &[u8]) -> Result<Batch, IngestError> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use serde_json::Value;
+    // The fast path: a well-formed request deserializes in one pass. Only when it does not
+    // is the body walked span by span, so that one bad span costs only itself.
+    if let Ok(request) = serde_json::from_slice::<ExportTraceServiceRequest>(body) {
+        return Ok(Batch {
+            resources: request
+                .resource_spans
+                .into_iter()
+                .map(|rs| {
+                    let resource = rs.resource.map(|r| r.attributes).unwrap_or_default();
+                    let spans = rs.scope_spans.into_iter().flat_map(|ss| ss.spans).collect();
+                    (resource, spans)
+                })
+                .collect(),
+            malformed: 0,
+        });
+    }
     let malformed = |detail: String| IngestError::Malformed {
         encoding: "json",
         detail,
@@ -455,6 +472,15 @@ impl Pipeline {
         let mut events = Vec::new();
         self.tracker.settle(wall_clock(), force, &mut events);
         self.record(&events);
+    }
+
+    /// Ends a replay: settles every verdict and judges every refusal as if the clock had
+    /// run past all their windows.
+    pub fn finish(&self) {
+        let mut events = Vec::new();
+        self.tracker.finish(&mut events);
+        self.record(&events);
+        self.metrics.set_tracker_keys(self.tracker.keys());
     }
 
     /// The periodic sweep: settles, counts honored refusals, expires keys.

@@ -1,0 +1,137 @@
+//! A realistic agent workload, for benchmarks, the load generator and generated
+//! recordings: requests of client spans mixing HTTP, MCP and gRPC attempts with 8–10
+//! attributes each (about 400 bytes a span encoded), a fifth of them failing.
+//!
+//! Core: pure builders; deterministic for the same arguments.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+
+/// Span times start here (2023-11-14T22:13:20Z), one millisecond apart.
+pub const T0: u64 = 1_700_000_000_000_000_000;
+
+fn kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+fn s(key: &str, v: &str) -> KeyValue {
+    kv(key, Value::StringValue(v.into()))
+}
+
+fn i(key: &str, v: i64) -> KeyValue {
+    kv(key, Value::IntValue(v))
+}
+
+/// The `n`-th span of request `request`: HTTP, MCP and gRPC in turn, every fifth failing.
+pub fn span(n: usize, request: usize, spans_per_request: usize) -> Span {
+    let fail = n % 5 == 0;
+    let mut attributes = match n % 3 {
+        0 => vec![
+            s("http.request.method", "POST"),
+            s(
+                "url.full",
+                &format!("http://api{}.example:8080/v1/items/{}", n % 7, n % 11),
+            ),
+            s("server.address", &format!("api{}.example", n % 7)),
+            i("server.port", 8080),
+            i("http.response.status_code", if fail { 503 } else { 200 }),
+            s("network.protocol.version", "1.1"),
+            s("user_agent.original", "agent/1.0"),
+            i("http.request.body.size", 512),
+        ],
+        1 => vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", &format!("tool_{}", n % 13)),
+            s("gen_ai.operation.name", "execute_tool"),
+            s("server.address", "mcp.example"),
+            i("server.port", 8080),
+            s("network.transport", "tcp"),
+            s("jsonrpc.request.id", &n.to_string()),
+            s("mcp.session.id", "5f1c3c7e"),
+        ],
+        _ => vec![
+            s("rpc.system", "grpc"),
+            s("rpc.service", "inventory.v1.Stock"),
+            s("rpc.method", &format!("Get{}", n % 5)),
+            i("rpc.grpc.status_code", if fail { 14 } else { 0 }),
+            s("server.address", "stock.example"),
+            i("server.port", 50051),
+            s("network.peer.address", "10.0.0.7"),
+            s("network.type", "ipv4"),
+        ],
+    };
+    if fail {
+        match n % 3 {
+            0 => attributes.push(s("error.type", "503")),
+            1 => {
+                attributes.push(s("rpc.response.status_code", "-32602"));
+                attributes.push(s("error.type", "-32602"));
+            }
+            _ => attributes.push(s("error.type", "UNAVAILABLE")),
+        }
+    }
+    let seq = (request * spans_per_request + n) as u64;
+    let start = T0 + seq * 1_000_000;
+    Span {
+        trace_id: u128::from(seq).to_be_bytes().to_vec(),
+        span_id: (seq + 1).to_be_bytes().to_vec(),
+        name: "call".into(),
+        kind: 3,
+        start_time_unix_nano: start,
+        end_time_unix_nano: start + 500_000,
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// Request `n` of the workload: one resource (client `agent-{n % clients}`) with
+/// `spans` client spans.
+pub fn request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
+    let client = n % clients.max(1);
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    s("service.name", &format!("agent-{client}")),
+                    s("service.instance.id", &format!("pod-{client}")),
+                    s("telemetry.sdk.language", "rust"),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: (0..spans).map(|k| span(k, n, spans)).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    #[test]
+    fn the_workload_is_realistic() {
+        let r = request(3, 16, 100);
+        let bytes = r.encode_to_vec().len();
+        assert!(
+            (30_000..60_000).contains(&bytes),
+            "about 400 bytes a span: {bytes}"
+        );
+        let spans = &r.resource_spans[0].scope_spans[0].spans;
+        let failing = spans
+            .iter()
+            .filter(|s| s.attributes.iter().any(|a| a.key == "error.type"))
+            .count();
+        assert_eq!(failing, 20, "a fifth fail");
+        assert!(spans.iter().all(|s| (8..=10).contains(&s.attributes.len())));
+    }
+}
