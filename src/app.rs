@@ -4,13 +4,15 @@
 //! Edge. Every listener is bound before anything is spawned, so a port conflict exits
 //! non-zero at once. Shutdown: readiness goes false, the receivers stop accepting and finish
 //! what is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, the
-//! alerts it raised are pushed once more (same deadline), and the admin endpoint stops last
-//! so a final scrape can still see the counts.
+//! alerts it raised are pushed once more (same deadline), the export queue drains
+//! (`exporters.otlp.drain_timeout`), and the admin endpoint stops last so a final scrape can
+//! still see the counts.
 
 use crate::admin;
 use crate::alert;
 use crate::config::{AlertmanagerConfig, Config};
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
+use crate::export;
 use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
 use crate::tracker::Tracker;
@@ -57,6 +59,9 @@ pub struct Server {
     /// Pushes alerts to Alertmanager, when one is configured.
     delivery: Option<JoinHandle<()>>,
     alertmanager: Option<AlertmanagerConfig>,
+    /// Forwards the tagged spans, when an exporter is configured.
+    sender: Option<JoinHandle<()>>,
+    drain_timeout: Duration,
 }
 
 /// Logs and counts one document load.
@@ -111,12 +116,23 @@ impl Server {
         };
 
         let (interfaces, documents, reports) = loader::load_local(config);
-        let pipeline = Arc::new(Pipeline::new(
+        let mut pipeline = Pipeline::new(
             Arc::new(Catalog::new(interfaces, documents)),
             Tracker::new(&config.tracker),
             Metrics::new(&config.metrics),
             &config.alerting,
-        ));
+        );
+        let downstream =
+            match &config.exporters.otlp {
+                Some(otlp) => {
+                    pipeline = pipeline.with_exporter(otlp);
+                    Some(export::Downstream::new(otlp).with_context(|| {
+                        format!("cannot set up the exporter to {}", otlp.endpoint)
+                    })?)
+                }
+                None => None,
+            };
+        let pipeline = Arc::new(pipeline);
         for report in &reports {
             record_load(&pipeline, report);
         }
@@ -184,6 +200,13 @@ impl Server {
             interfaces = pipeline.catalog().current().len(),
             "refusal-gate is serving."
         );
+        let sender = match (pipeline.exporter(), downstream) {
+            (Some(exporter), Some(downstream)) => {
+                let exporter = Arc::clone(exporter);
+                Some(tokio::spawn(async move { exporter.run(downstream).await }))
+            }
+            _ => None,
+        };
         let delivery = config.alerting.alertmanager.as_ref().map(|am| {
             tokio::spawn(alert::delivery::run(
                 Arc::clone(pipeline.alerter()),
@@ -206,6 +229,12 @@ impl Server {
             http_client,
             delivery,
             alertmanager: config.alerting.alertmanager.clone(),
+            sender,
+            drain_timeout: config
+                .exporters
+                .otlp
+                .as_ref()
+                .map_or(DRAIN_DEADLINE, |o| o.drain_timeout),
         };
         server.start_watchers();
         Ok(server)
@@ -298,6 +327,15 @@ impl Server {
             );
             if tokio::time::timeout(DRAIN_DEADLINE, last).await.is_err() {
                 tracing::warn!("The last alerts could not be delivered in time.");
+            }
+        }
+        if let (Some(task), Some(exporter)) = (self.sender, self.pipeline.exporter()) {
+            let undelivered = exporter.drain(task, self.drain_timeout).await;
+            if undelivered > 0 {
+                tracing::warn!(
+                    undelivered,
+                    "Spans could not be forwarded before the drain deadline."
+                );
             }
         }
         let _ = self.stop_admin.send(true);

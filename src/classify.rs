@@ -303,6 +303,19 @@ impl Kind {
         }
     }
 
+    /// What a client following the decision boundary does after an attempt of this kind.
+    pub fn decision(self) -> Decision {
+        match self {
+            Kind::Ok => Decision::Proceed,
+            Kind::ProtocolNotSupported | Kind::InterfaceNotDeclared => {
+                Decision::RouteElsewhereOrAbstain
+            }
+            Kind::UnverifiedRefusal => Decision::FetchDiscovery,
+            Kind::Throttled | Kind::Transient => Decision::RetryWithBackoff,
+            Kind::Ambiguous => Decision::Abstain,
+        }
+    }
+
     /// The class every attempt of this kind has.
     pub fn class(self) -> Class {
         match self {
@@ -454,7 +467,9 @@ mod tests {
             (Outcome::Other, Declared::Unknown, false, Decision::Abstain),
         ];
         for (o, d, r, want) in cases {
-            assert_eq!(classify(o, d, r).decision, want, "{o:?} {d:?} {r}");
+            let v = classify(o, d, r);
+            assert_eq!(v.decision, want, "{o:?} {d:?} {r}");
+            assert_eq!(v.kind.decision(), want, "{o:?} {d:?} {r}");
         }
     }
 

@@ -60,6 +60,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// The built-in alerter.
     pub alerting: AlertingConfig,
+    /// Where the tagged spans go next.
+    pub exporters: Exporters,
     /// The directory relative document paths and globs are resolved against: the
     /// configuration file's own, or the working directory.
     #[serde(skip)]
@@ -279,6 +281,112 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `exporters:`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Exporters {
+    /// Forward every span, attempts tagged, over OTLP. Off when absent.
+    pub otlp: Option<OtlpExporterConfig>,
+}
+
+/// How the exporter speaks OTLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ExportProtocol {
+    /// OTLP/gRPC.
+    #[serde(rename = "grpc")]
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, to `<endpoint>/v1/traces`.
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+/// What the receivers do when the export queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnFull {
+    /// Refuse with OTLP's retryable answer (503 / `UNAVAILABLE` with a retry hint).
+    Backpressure,
+    /// Accept, drop the forward, count it.
+    Drop,
+}
+
+/// Compression of exported requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// gzip.
+    Gzip,
+    /// None.
+    None,
+}
+
+/// `exporters.otlp`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpExporterConfig {
+    /// `http://host:port` (gRPC), or the base URL for `http/protobuf`.
+    pub endpoint: String,
+    /// `grpc` or `http/protobuf`.
+    #[serde(default = "default_export_protocol")]
+    pub protocol: ExportProtocol,
+    /// Headers (gRPC metadata) sent with every request.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// `gzip` or `none`.
+    #[serde(default = "default_compression")]
+    pub compression: Compression,
+    /// How long one send may take.
+    #[serde(default = "default_export_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// Spans held for sending; past it, `on_full` applies.
+    #[serde(default = "default_queue_size")]
+    pub queue_size: usize,
+    /// The most spans in one request downstream.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// How long a batch waits to fill.
+    #[serde(default = "default_batch_interval", deserialize_with = "duration")]
+    pub batch_interval: Duration,
+    /// `backpressure` (refuse senders with a retry hint) or `drop`.
+    #[serde(default = "default_on_full")]
+    pub on_full: OnFull,
+    /// At shutdown, how long the queue may take to drain.
+    #[serde(default = "default_drain_timeout", deserialize_with = "duration")]
+    pub drain_timeout: Duration,
+}
+
+impl OtlpExporterConfig {
+    /// Whether requests are gzip-compressed.
+    pub fn gzip(&self) -> bool {
+        self.compression == Compression::Gzip
+    }
+}
+
+fn default_export_protocol() -> ExportProtocol {
+    ExportProtocol::Grpc
+}
+fn default_compression() -> Compression {
+    Compression::Gzip
+}
+fn default_export_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_queue_size() -> usize {
+    100_000
+}
+fn default_batch_size() -> usize {
+    8192
+}
+fn default_batch_interval() -> Duration {
+    Duration::from_millis(200)
+}
+fn default_on_full() -> OnFull {
+    OnFull::Backpressure
+}
+fn default_drain_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
 /// `alerting:`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -434,6 +542,28 @@ impl Config {
                 return invalid(
                     "alerting.alertmanager.timeout".into(),
                     "must be longer than 0",
+                );
+            }
+        }
+        if let Some(otlp) = &self.exporters.otlp {
+            if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://"))
+                || crate::discovery::split_url(&otlp.endpoint).is_err()
+            {
+                return invalid(
+                    "exporters.otlp.endpoint".into(),
+                    "must be an http:// or https:// URL such as http://127.0.0.1:4317",
+                );
+            }
+            if otlp.queue_size == 0 || otlp.batch_size == 0 {
+                return invalid(
+                    "exporters.otlp".into(),
+                    "queue_size and batch_size must be at least 1",
+                );
+            }
+            if otlp.timeout.is_zero() || otlp.batch_interval.is_zero() {
+                return invalid(
+                    "exporters.otlp".into(),
+                    "timeout and batch_interval must be longer than 0",
                 );
             }
         }
@@ -628,7 +758,10 @@ metrics:
                 "interfaces[1].name",
             ),
             ("receivers: { otlp: { http: { max_request_body_size_mib: 0 } } }", "max_request_body_size_mib"),
-            ("exporters: {}", "exporters"),
+            ("exporters: { otlp: { endpoint: 'localhost:4317' } }", "exporters.otlp.endpoint"),
+            ("exporters: { otlp: { endpoint: 'http://x:1', protocol: thrift } }", "protocol"),
+            ("exporters: { otlp: { endpoint: 'http://x:1', on_full: block } }", "on_full"),
+            ("exporters: { zipkin: {} }", "zipkin"),
             ("alerting: { alertmanager: { url: localhost:9093 } }", "alerting.alertmanager.url"),
             ("alerting: { min_severity: info }", "min_severity"),
             ("alerting: { resolve_after: 0s }", "alerting.resolve_after"),

@@ -109,6 +109,9 @@ pub struct Attempt<'a> {
     pub signal: Signal<'a>,
     /// The client marked it as a resend.
     pub resend: bool,
+    /// It already carries `refusal_gate.*` attributes (tagged by an upstream refusal-gate):
+    /// it is forwarded as it is.
+    pub tagged: bool,
     /// Start, in Unix nanoseconds.
     pub start: u64,
     /// End, in Unix nanoseconds; never before `start`.
@@ -122,6 +125,7 @@ pub struct Attempt<'a> {
 /// The attributes extraction reads, one slot each, filled in one pass.
 #[derive(Default)]
 struct Slots<'a> {
+    tagged: bool,
     mcp_method: Option<&'a str>,
     a2a_method: Option<&'a str>,
     rpc_system: Option<&'a str>,
@@ -205,6 +209,7 @@ impl<'a> Slots<'a> {
                 "gen_ai.tool.name" => self.tool = as_str(v),
                 "gen_ai.prompt.name" => self.prompt = as_str(v),
                 "mcp.resource.uri" => self.resource_uri = as_str(v),
+                "refusal_gate.class" => self.tagged = true,
                 _ => {}
             }
         }
@@ -404,6 +409,7 @@ pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'
                 .is_some_and(|st| st.code == StatusCode::Error as i32),
         },
         resend: s.resend.is_some_and(|n| n > 0),
+        tagged: s.tagged,
         start: span.start_time_unix_nano,
         end: span.end_time_unix_nano.max(span.start_time_unix_nano),
         trace_id: &span.trace_id,

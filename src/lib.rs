@@ -13,6 +13,7 @@ pub mod app;
 pub mod classify;
 pub mod config;
 pub mod discovery;
+pub mod export;
 pub mod extract;
 pub mod metrics;
 pub mod receiver;

@@ -60,6 +60,9 @@ pub struct Metrics {
     document_loads: IntCounterVec,
     alerts: IntCounterVec,
     alert_deliveries: IntCounterVec,
+    exporter_sent: IntCounter,
+    exporter_failed: IntCounterVec,
+    exporter_queue: IntGauge,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -156,6 +159,26 @@ impl Metrics {
             "Alert deliveries by receiver and outcome (sent, failed and retried, rejected, dropped).",
             &["receiver", "outcome"],
         );
+        let exporter_sent = IntCounter::new(
+            "refusal_gate_exporter_sent_spans_total",
+            "Spans forwarded and accepted downstream.",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(exporter_sent.clone()))
+            .expect("each metric is registered once");
+        let exporter_failed = counter_vec(
+            &r,
+            "refusal_gate_exporter_failed_spans_total",
+            "Spans not forwarded (queue_full, refused, partial_success, shutdown), and spans of each failed try that is retried (retried).",
+            &["reason"],
+        );
+        let exporter_queue = IntGauge::new(
+            "refusal_gate_exporter_queue_spans",
+            "Spans waiting to be forwarded.",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(exporter_queue.clone()))
+            .expect("each metric is registered once");
         let batch_duration = HistogramVec::new(
             HistogramOpts::new(
                 "refusal_gate_batch_duration_seconds",
@@ -216,6 +239,9 @@ impl Metrics {
             document_loads,
             alerts,
             alert_deliveries,
+            exporter_sent,
+            exporter_failed,
+            exporter_queue,
         }
     }
 
@@ -380,6 +406,15 @@ impl Metrics {
     /// `refusal_gate_alert_deliveries_total`).
     pub fn alert_counters(&self) -> (IntCounterVec, IntCounterVec) {
         (self.alerts.clone(), self.alert_deliveries.clone())
+    }
+
+    /// The exporter's counters.
+    pub fn export_metrics(&self) -> crate::export::ExportMetrics {
+        crate::export::ExportMetrics {
+            sent: self.exporter_sent.clone(),
+            failed: self.exporter_failed.clone(),
+            queued: self.exporter_queue.clone(),
+        }
     }
 
     /// The (client, interface) label values of a pair id.

@@ -5,7 +5,7 @@
 //! gRPC and HTTP reach the same decoder and one broken span does not fail its request.
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 
-use super::{decode, wall_clock, Encoding, Pipeline, Transport};
+use super::{Encoding, IngestError, Pipeline, Transport};
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
@@ -16,7 +16,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 use tonic::codec::{
     Codec, CompressionEncoding, DecodeBuf, Decoder, EnabledCompressionEncodings, EncodeBuf, Encoder,
 };
@@ -98,19 +97,25 @@ impl UnaryService<Bytes> for Export {
     }
 }
 
-/// Decodes and ingests one request; the classification runs inline, with no queue hop.
+/// Runs one request through the shared path; the classification runs inline, with no
+/// queue hop. A full export queue answers `UNAVAILABLE` with `RetryInfo`.
 fn export(
     pipeline: &Pipeline,
     body: &[u8],
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
-    let started = Instant::now();
-    let metrics = pipeline.metrics();
-    let batch = decode(body, Encoding::Protobuf).map_err(|e| {
-        metrics.refused_request(Transport::Grpc, e.reason());
-        Status::new(e.grpc_code(), e.to_string())
-    })?;
-    let summary = pipeline.ingest(Transport::Grpc, &batch, wall_clock());
-    metrics.batch_duration(Transport::Grpc, started.elapsed().as_secs_f64());
+    let summary = pipeline
+        .handle(Transport::Grpc, body, Encoding::Protobuf)
+        .map_err(|e| match e {
+            IngestError::Overloaded { retry_after, .. } => {
+                use tonic_types::{ErrorDetails, StatusExt};
+                Status::with_error_details(
+                    e.grpc_code(),
+                    e.to_string(),
+                    ErrorDetails::with_retry_info(Some(retry_after)),
+                )
+            }
+            e => Status::new(e.grpc_code(), e.to_string()),
+        })?;
     let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
         error_message: super::http::rejected_message(summary.rejected),

@@ -6,7 +6,7 @@
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
 //! `google.rpc.Status` body; 405 for other methods; 404 for other signals and paths.
 
-use super::{decode, wall_clock, Encoding, IngestError, Pipeline, Transport};
+use super::{Encoding, IngestError, Pipeline, Transport};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -20,7 +20,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use prost::Message;
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// `google.rpc.Status`, the body of an OTLP/HTTP error: two fields are all OTLP asks for.
 #[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
@@ -47,46 +46,40 @@ pub fn router(pipeline: Arc<Pipeline>, limit: usize) -> Router {
 }
 
 async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
-    let started = Instant::now();
     let encoding = match media_type(request.headers()) {
         Ok(e) => e,
         Err(e) => return refuse(&rx, Encoding::Protobuf, &e),
     };
-    match read_body(request, rx.limit).await {
-        Ok(body) => match decode(&body, encoding) {
-            Ok(batch) => {
-                let summary = rx.pipeline.ingest(Transport::Http, &batch, wall_clock());
-                rx.pipeline
-                    .metrics()
-                    .batch_duration(Transport::Http, started.elapsed().as_secs_f64());
-                let body = match encoding {
-                    Encoding::Protobuf => ExportTraceServiceResponse {
-                        partial_success: (summary.rejected > 0).then(|| {
-                            ExportTracePartialSuccess {
-                                rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
-                                error_message: rejected_message(summary.rejected),
-                            }
-                        }),
-                    }
-                    .encode_to_vec(),
-                    // Written by hand: proto3's JSON mapping puts int64 in a string, which
-                    // the generated serde code does not.
-                    Encoding::Json if summary.rejected > 0 => serde_json::json!({
-                        "partialSuccess": {
-                            "rejectedSpans": summary.rejected.to_string(),
-                            "errorMessage": rejected_message(summary.rejected),
-                        }
-                    })
-                    .to_string()
-                    .into_bytes(),
-                    Encoding::Json => b"{}".to_vec(),
-                };
-                respond(StatusCode::OK, encoding, body)
+    let body = match read_body(request, rx.limit).await {
+        Ok(body) => body,
+        Err(e) => return refuse(&rx, encoding, &e),
+    };
+    let summary = match rx.pipeline.handle(Transport::Http, &body, encoding) {
+        Ok(summary) => summary,
+        // `handle` counted it already.
+        Err(e) => return answer_error(encoding, &e),
+    };
+    let body = match encoding {
+        Encoding::Protobuf => ExportTraceServiceResponse {
+            partial_success: (summary.rejected > 0).then(|| ExportTracePartialSuccess {
+                rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
+                error_message: rejected_message(summary.rejected),
+            }),
+        }
+        .encode_to_vec(),
+        // Written by hand: proto3's JSON mapping puts int64 in a string, which the
+        // generated serde code does not.
+        Encoding::Json if summary.rejected > 0 => serde_json::json!({
+            "partialSuccess": {
+                "rejectedSpans": summary.rejected.to_string(),
+                "errorMessage": rejected_message(summary.rejected),
             }
-            Err(e) => refuse(&rx, encoding, &e),
-        },
-        Err(e) => refuse(&rx, encoding, &e),
-    }
+        })
+        .to_string()
+        .into_bytes(),
+        Encoding::Json => b"{}".to_vec(),
+    };
+    respond(StatusCode::OK, encoding, body)
 }
 
 /// The `partial_success.error_message` for spans that could not be decoded.
@@ -158,10 +151,17 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
     }
 }
 
+/// Refuses a request before the pipeline saw it: counts it and answers.
 fn refuse(rx: &Receiver, encoding: Encoding, e: &IngestError) -> Response {
     rx.pipeline
         .metrics()
         .refused_request(Transport::Http, e.reason());
+    answer_error(encoding, e)
+}
+
+/// The OTLP/HTTP answer to an error: its status, a `google.rpc.Status` body, and
+/// `Retry-After` when the sender should retry.
+fn answer_error(encoding: Encoding, e: &IngestError) -> Response {
     let status = RpcStatus {
         code: e.grpc_code() as i32,
         message: e.to_string(),
@@ -171,7 +171,13 @@ fn refuse(rx: &Receiver, encoding: Encoding, e: &IngestError) -> Response {
         Encoding::Json => serde_json::to_vec(&status).unwrap_or_default(),
     };
     let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-    respond(code, encoding, body)
+    let mut response = respond(code, encoding, body);
+    if let IngestError::Overloaded { retry_after, .. } = e {
+        if let Ok(v) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+    }
+    response
 }
 
 fn respond(status: StatusCode, encoding: Encoding, body: Vec<u8>) -> Response {

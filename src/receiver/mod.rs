@@ -12,12 +12,14 @@ pub mod http;
 use crate::alert::delivery::Alerter;
 use crate::alert::{Alert, AlertKey, Severity};
 use crate::classify;
-use crate::config::AlertingConfig;
+use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
 use crate::discovery::Interfaces;
+use crate::export::{Exporter, Reservation};
 use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
-use crate::tracker::{Event, GroupId, Nanos, Observation, Tracker};
+use crate::tracker::{Event, GroupId, Judgement, Nanos, Observation, Tracker};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -71,6 +73,14 @@ pub enum IngestError {
     /// The gzip stream is corrupt.
     #[error("invalid gzip body: {0}")]
     BadGzip(String),
+    /// The export queue is full: retry after the hint (OTLP's retryable answer).
+    #[error("the export queue is full; retry after {}s", retry_after.as_secs())]
+    Overloaded {
+        /// How long the sender should wait.
+        retry_after: std::time::Duration,
+        /// The spans refused.
+        spans: u64,
+    },
 }
 
 impl IngestError {
@@ -82,6 +92,7 @@ impl IngestError {
             IngestError::UnsupportedMediaType(_) => "unsupported_media_type",
             IngestError::UnsupportedEncoding(_) => "unsupported_encoding",
             IngestError::BadGzip(_) => "bad_gzip",
+            IngestError::Overloaded { .. } => "queue_full",
         }
     }
 
@@ -91,6 +102,7 @@ impl IngestError {
             IngestError::Malformed { .. } | IngestError::BadGzip(_) => 400,
             IngestError::TooLarge { .. } => 413,
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
+            IngestError::Overloaded { .. } => 503,
         }
     }
 
@@ -99,6 +111,7 @@ impl IngestError {
         match self {
             IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
             IngestError::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
+            IngestError::Overloaded { .. } => tonic::Code::Unavailable,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -121,6 +134,9 @@ pub struct Batch {
     pub resources: Vec<(Vec<KeyValue>, Vec<Span>)>,
     /// Spans that could not be decoded.
     pub malformed: u64,
+    /// Where those spans stood among all the request's spans, in order (protobuf only): what
+    /// [`tag`] leaves out when it rewrites the request for forwarding.
+    pub malformed_at: Vec<u32>,
 }
 
 impl Batch {
@@ -154,6 +170,7 @@ fn decode_protobuf(body: &[u8]) -> Result<Batch, IngestError> {
         detail,
     };
     let mut batch = Batch::default();
+    let mut seen = 0u32;
     for resource_spans in fields(body, 1).map_err(malformed)? {
         let mut resource = Vec::new();
         for r in fields(resource_spans, 1).map_err(malformed)? {
@@ -166,8 +183,12 @@ fn decode_protobuf(body: &[u8]) -> Result<Batch, IngestError> {
             for span in fields(scope_spans, 2).map_err(malformed)? {
                 match Span::decode(span) {
                     Ok(span) => spans.push(span),
-                    Err(_) => batch.malformed += 1,
+                    Err(_) => {
+                        batch.malformed_at.push(seen);
+                        batch.malformed += 1;
+                    }
                 }
+                seen = seen.saturating_add(1);
             }
         }
         batch.resources.push((resource, spans));
@@ -175,104 +196,222 @@ fn decode_protobuf(body: &[u8]) -> Result<Batch, IngestError> {
     Ok(batch)
 }
 
-/// The length-delimited fields numbered `wanted` of one protobuf message; other fields are
-/// skipped by wire type.
-fn fields(mut buf: &[u8], wanted: u32) -> Result<Vec<&[u8]>, String> {
+/// One field of a protobuf message: its number, its bytes as they stand (key included),
+/// and the value of a length-delimited field.
+struct Field<'a> {
+    number: u32,
+    raw: &'a [u8],
+    value: Option<&'a [u8]>,
+}
+
+/// The fields of one protobuf message, in order, split by wire type.
+fn walk(buf: &[u8]) -> Result<Vec<Field<'_>>, String> {
     use prost::encoding::{decode_key, decode_varint, WireType};
     let mut out = Vec::new();
-    while !buf.is_empty() {
-        let (tag, wire) = decode_key(&mut buf).map_err(|e| e.to_string())?;
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let start = buf.len() - rest.len();
+        let (number, wire) = decode_key(&mut rest).map_err(|e| e.to_string())?;
+        let mut value = None;
         match wire {
             WireType::Varint => {
-                decode_varint(&mut buf).map_err(|e| e.to_string())?;
+                decode_varint(&mut rest).map_err(|e| e.to_string())?;
             }
             WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
                 let n = if wire == WireType::SixtyFourBit { 8 } else { 4 };
-                buf = buf.get(n..).ok_or("truncated fixed-width field")?;
+                rest = rest.get(n..).ok_or("truncated fixed-width field")?;
             }
             WireType::LengthDelimited => {
-                let len = usize::try_from(decode_varint(&mut buf).map_err(|e| e.to_string())?)
+                let len = usize::try_from(decode_varint(&mut rest).map_err(|e| e.to_string())?)
                     .map_err(|_| "length out of range")?;
-                let value = buf.get(..len).ok_or("truncated length-delimited field")?;
-                buf = &buf[len..];
-                if tag == wanted {
-                    out.push(value);
-                }
+                value = Some(rest.get(..len).ok_or("truncated length-delimited field")?);
+                rest = &rest[len..];
             }
             WireType::StartGroup | WireType::EndGroup => {
-                return Err(format!("field {tag} uses deprecated groups"));
+                return Err(format!("field {number} uses deprecated groups"));
             }
         }
+        out.push(Field {
+            number,
+            raw: &buf[start..buf.len() - rest.len()],
+            value,
+        });
     }
+    Ok(out)
+}
+
+/// The length-delimited fields numbered `wanted` of one protobuf message.
+fn fields(buf: &[u8], wanted: u32) -> Result<Vec<&[u8]>, String> {
+    Ok(walk(buf)?
+        .into_iter()
+        .filter(|f| f.number == wanted)
+        .filter_map(|f| f.value)
+        .collect())
+}
+
+/// Writes the new value of one field into the buffer; `false` drops the field.
+type FieldRewrite<'f> = dyn FnMut(&[u8], &mut Vec<u8>) -> Result<bool, String> + 'f;
+
+/// Copies a message, rewriting the length-delimited fields numbered `wanted` with `f`
+/// (which writes the new value, or nothing to drop the field); every other byte stays as
+/// it was.
+fn rewrite(
+    buf: &[u8],
+    wanted: u32,
+    out: &mut Vec<u8>,
+    f: &mut FieldRewrite<'_>,
+) -> Result<(), String> {
+    for field in walk(buf)? {
+        match field.value {
+            Some(value) if field.number == wanted => {
+                let mut inner = Vec::with_capacity(value.len() + 64);
+                if f(value, &mut inner)? {
+                    prost::encoding::encode_key(
+                        wanted,
+                        prost::encoding::WireType::LengthDelimited,
+                        out,
+                    );
+                    prost::encoding::encode_varint(inner.len() as u64, out);
+                    out.extend_from_slice(&inner);
+                }
+            }
+            _ => out.extend_from_slice(field.raw),
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites a protobuf request for forwarding: each span gets `tags[i]` (encoded
+/// `Span.attributes` fields) appended, in the order [`decode`] returned them; spans that did
+/// not decode are left out (they were rejected). Nothing else changes, byte for byte.
+///
+/// # Errors
+/// When the request's framing is broken (it decoded, so it is not).
+pub fn tag(body: &[u8], batch: &Batch, tags: &[Option<Vec<u8>>]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(body.len() + tags.len() * 160);
+    let mut seen = 0u32;
+    let mut decoded = 0usize;
+    let mut malformed = batch.malformed_at.iter().copied().peekable();
+    rewrite(body, 1, &mut out, &mut |resource_spans, out| {
+        rewrite(resource_spans, 2, out, &mut |scope_spans, out| {
+            rewrite(scope_spans, 2, out, &mut |span, out| {
+                let at = seen;
+                seen += 1;
+                if malformed.peek() == Some(&at) {
+                    malformed.next();
+                    return Ok(false);
+                }
+                out.extend_from_slice(span);
+                if let Some(Some(extra)) = tags.get(decoded) {
+                    out.extend_from_slice(extra);
+                }
+                decoded += 1;
+                Ok(true)
+            })?;
+            Ok(true)
+        })?;
+        Ok(true)
+    })?;
     Ok(out)
 }
 
 /// OTLP/JSON, leniently: the request must be a JSON object of the right shape; each span
 /// that does not deserialize is skipped and counted.
-fn decode_json(body: &[u8]) -> Result<Batch, IngestError> {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+/// OTLP/JSON, leniently: the request must be a JSON object of the right shape; each span
+/// that does not deserialize is left out and counted. Returns the request (resources and
+/// scopes whole) and how many spans were left out.
+fn json_request(body: &[u8]) -> Result<(ExportTraceServiceRequest, u64), IngestError> {
+    use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
     use serde_json::Value;
     // The fast path: a well-formed request deserializes in one pass. Only when it does not
     // is the body walked span by span, so that one bad span costs only itself.
     if let Ok(request) = serde_json::from_slice::<ExportTraceServiceRequest>(body) {
-        return Ok(Batch {
-            resources: request
-                .resource_spans
-                .into_iter()
-                .map(|rs| {
-                    let resource = rs.resource.map(|r| r.attributes).unwrap_or_default();
-                    let spans = rs.scope_spans.into_iter().flat_map(|ss| ss.spans).collect();
-                    (resource, spans)
-                })
-                .collect(),
-            malformed: 0,
-        });
+        return Ok((request, 0));
     }
     let malformed = |detail: String| IngestError::Malformed {
         encoding: "json",
         detail,
     };
+    fn list(v: Option<Value>, what: &str) -> Result<Vec<Value>, String> {
+        match v {
+            Some(Value::Array(list)) => Ok(list),
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(_) => Err(format!("{what} is not an array")),
+        }
+    }
+    fn take<T: serde::de::DeserializeOwned + Default>(
+        v: Option<Value>,
+        what: &str,
+    ) -> Result<T, String> {
+        match v {
+            None | Some(Value::Null) => Ok(T::default()),
+            Some(v) => serde_json::from_value(v).map_err(|e| format!("{what}: {e}")),
+        }
+    }
     let mut root: Value = serde_json::from_slice(body).map_err(|e| malformed(e.to_string()))?;
     let Some(root) = root.as_object_mut() else {
         return Err(malformed("the request is not a JSON object".into()));
     };
-    let mut batch = Batch::default();
-    let resource_spans = match root.remove("resourceSpans") {
-        None | Some(Value::Null) => return Ok(batch),
-        Some(Value::Array(list)) => list,
-        Some(_) => return Err(malformed("resourceSpans is not an array".into())),
-    };
-    for mut rs in resource_spans {
-        let resource = match rs.get_mut("resource").map(Value::take) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(r) => {
-                serde_json::from_value::<Resource>(r)
-                    .map_err(|e| malformed(format!("resource: {e}")))?
-                    .attributes
-            }
+    let mut request = ExportTraceServiceRequest::default();
+    let mut rejected = 0;
+    for mut rs in list(root.remove("resourceSpans"), "resourceSpans").map_err(malformed)? {
+        let rs = rs
+            .as_object_mut()
+            .ok_or_else(|| malformed("a resourceSpans entry is not an object".into()))?;
+        let mut out = ResourceSpans {
+            resource: Some(take::<Resource>(rs.remove("resource"), "resource").map_err(malformed)?),
+            schema_url: take(rs.remove("schemaUrl"), "schemaUrl").map_err(malformed)?,
+            ..Default::default()
         };
-        let mut spans = Vec::new();
-        let scopes = match rs.get_mut("scopeSpans").map(Value::take) {
-            Some(Value::Array(scopes)) => scopes,
-            None | Some(Value::Null) => Vec::new(),
-            Some(_) => return Err(malformed("scopeSpans is not an array".into())),
-        };
-        for mut scope in scopes {
-            let list = match scope.get_mut("spans").map(Value::take) {
-                Some(Value::Array(list)) => list,
-                None | Some(Value::Null) => Vec::new(),
-                Some(_) => return Err(malformed("spans is not an array".into())),
+        for mut scope in list(rs.remove("scopeSpans"), "scopeSpans").map_err(malformed)? {
+            let scope = scope
+                .as_object_mut()
+                .ok_or_else(|| malformed("a scopeSpans entry is not an object".into()))?;
+            let mut ss = ScopeSpans {
+                scope: take::<Option<InstrumentationScope>>(scope.remove("scope"), "scope")
+                    .map_err(malformed)?,
+                schema_url: take(scope.remove("schemaUrl"), "schemaUrl").map_err(malformed)?,
+                ..Default::default()
             };
-            for span in list {
+            for span in list(scope.remove("spans"), "spans").map_err(malformed)? {
                 match serde_json::from_value::<Span>(span) {
-                    Ok(span) => spans.push(span),
-                    Err(_) => batch.malformed += 1,
+                    Ok(span) => ss.spans.push(span),
+                    Err(_) => rejected += 1,
                 }
             }
+            out.scope_spans.push(ss);
         }
-        batch.resources.push((resource, spans));
+        request.resource_spans.push(out);
     }
-    Ok(batch)
+    Ok((request, rejected))
+}
+
+fn decode_json(body: &[u8]) -> Result<Batch, IngestError> {
+    let (request, malformed) = json_request(body)?;
+    Ok(Batch {
+        resources: request
+            .resource_spans
+            .into_iter()
+            .map(|rs| {
+                let resource = rs.resource.map(|r| r.attributes).unwrap_or_default();
+                let spans = rs.scope_spans.into_iter().flat_map(|ss| ss.spans).collect();
+                (resource, spans)
+            })
+            .collect(),
+        malformed,
+        malformed_at: Vec::new(),
+    })
+}
+
+/// An OTLP/JSON request as protobuf, for forwarding: spans that do not deserialize are
+/// left out and counted.
+///
+/// # Errors
+/// As [`decode`] for JSON.
+pub fn json_to_protobuf(body: &[u8]) -> Result<(Vec<u8>, u64), IngestError> {
+    let (request, malformed) = json_request(body)?;
+    Ok((request.encode_to_vec(), malformed))
 }
 
 /// What one request amounted to.
@@ -292,6 +431,7 @@ pub struct Pipeline {
     tracker: Tracker,
     metrics: Metrics,
     alerter: Arc<Alerter>,
+    exporter: Option<Arc<Exporter>>,
     hasher: RandomState,
 }
 
@@ -300,6 +440,44 @@ pub fn wall_clock() -> Nanos {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The `refusal_gate.*` attributes of DESIGN §6, encoded as `Span.attributes` (field 9)
+/// entries ready to append to a span's bytes.
+fn encode_tags(j: &Judgement, reason: classify::Reason<'_>, interface: &str) -> Vec<u8> {
+    use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
+    let kv = |key: &str, value: Value| KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    };
+    let s = |v: &str| Value::StringValue(v.to_owned());
+    let mut attributes = vec![
+        kv("refusal_gate.class", s(j.kind.class().as_str())),
+        kv("refusal_gate.kind", s(j.kind.as_str())),
+        kv("refusal_gate.decision", s(j.kind.decision().as_str())),
+        kv(
+            "refusal_gate.reason",
+            Value::StringValue(reason.to_string()),
+        ),
+        kv("refusal_gate.interface", s(interface)),
+        kv(
+            "refusal_gate.discovery_read",
+            Value::BoolValue(j.discovery_read),
+        ),
+        kv(
+            "refusal_gate.attempt",
+            Value::IntValue(i64::from(j.attempt)),
+        ),
+    ];
+    if let Some(v) = j.violation {
+        attributes.push(kv("refusal_gate.violation", s(v.as_str())));
+    }
+    let mut out = Vec::with_capacity(256);
+    for a in &attributes {
+        prost::encoding::message::encode(9, a, &mut out);
+    }
+    out
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -327,6 +505,7 @@ impl Pipeline {
             tracker,
             metrics,
             alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
+            exporter: None,
             hasher: RandomState::new(),
         }
     }
@@ -334,6 +513,91 @@ impl Pipeline {
     /// The metrics registry.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Forwards what it ingests through `exporter` (built from this pipeline's metrics).
+    #[must_use]
+    pub fn with_exporter(mut self, config: &OtlpExporterConfig) -> Pipeline {
+        self.exporter = Some(Arc::new(Exporter::new(
+            config.clone(),
+            self.metrics.export_metrics(),
+        )));
+        self
+    }
+
+    /// The exporter, when forwarding is on.
+    pub fn exporter(&self) -> Option<&Arc<Exporter>> {
+        self.exporter.as_ref()
+    }
+
+    /// One export request, from either receiver: decode, reserve room to forward it, run it
+    /// through extract → classify → track inline, tag and queue it. Counts what it refuses.
+    ///
+    /// # Errors
+    /// An [`IngestError`] that the receiver turns into its transport's answer.
+    pub fn handle(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        encoding: Encoding,
+    ) -> Result<Summary, IngestError> {
+        let started = std::time::Instant::now();
+        let result = self.handle_inner(transport, body, encoding);
+        match &result {
+            Ok(_) => self
+                .metrics
+                .batch_duration(transport, started.elapsed().as_secs_f64()),
+            Err(IngestError::Overloaded { spans, .. }) => {
+                self.metrics.refused_spans(transport, "queue_full", *spans);
+            }
+            Err(e) => self.metrics.refused_request(transport, e.reason()),
+        }
+        result
+    }
+
+    fn handle_inner(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        encoding: Encoding,
+    ) -> Result<Summary, IngestError> {
+        let Some(exporter) = &self.exporter else {
+            let batch = decode(body, encoding)?;
+            return Ok(self.ingest(transport, &batch, wall_clock()));
+        };
+        // Forwarding re-frames protobuf; JSON is converted first.
+        let converted;
+        let (body, pre_rejected) = match encoding {
+            Encoding::Protobuf => (body, 0),
+            Encoding::Json => {
+                let (pb, rejected) = json_to_protobuf(body)?;
+                converted = pb;
+                (&converted[..], rejected)
+            }
+        };
+        let batch = decode_protobuf(body)?;
+        let spans = usize::try_from(batch.span_count() - batch.malformed).unwrap_or(usize::MAX);
+        let reservation = exporter.reserve(spans);
+        if reservation == Reservation::Refused {
+            return Err(IngestError::Overloaded {
+                retry_after: crate::export::RETRY_HINT,
+                spans: spans as u64,
+            });
+        }
+        let mut tags = Vec::with_capacity(spans);
+        let mut summary = self.ingest_tagged(transport, &batch, wall_clock(), Some(&mut tags));
+        summary.rejected += pre_rejected;
+        if reservation == Reservation::Granted {
+            match tag(body, &batch, &tags) {
+                Ok(tagged) => exporter.push(tagged, spans),
+                Err(e) => {
+                    // It decoded, so its framing is sound; kept for completeness.
+                    exporter.release(spans);
+                    tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
+                }
+            }
+        }
+        Ok(summary)
     }
 
     /// The alerter.
@@ -396,6 +660,19 @@ impl Pipeline {
 
     /// Runs one decoded request through extract → classify → track and records it.
     pub fn ingest(&self, transport: Transport, batch: &Batch, now: Nanos) -> Summary {
+        self.ingest_tagged(transport, batch, now, None)
+    }
+
+    /// As [`Pipeline::ingest`], and when `tags` is given, pushes for every decoded span, in
+    /// order, the encoded `refusal_gate.*` attributes to append to it (`None` for spans that
+    /// are not attempts, were tagged upstream, or were already seen).
+    pub fn ingest_tagged(
+        &self,
+        transport: Transport,
+        batch: &Batch,
+        now: Nanos,
+        mut tags: Option<&mut Vec<Option<Vec<u8>>>>,
+    ) -> Summary {
         let mut summary = Summary {
             rejected: batch.malformed,
             ..Summary::default()
@@ -405,12 +682,20 @@ impl Pipeline {
         for (resource, spans) in &batch.resources {
             for span in spans {
                 summary.accepted += 1;
-                match extract::extract(resource, span) {
+                let tag = match extract::extract(resource, span) {
                     Ok(attempt) => {
-                        self.observe(&interfaces, &attempt, now, &mut events);
                         summary.attempts += 1;
+                        let tag =
+                            self.observe(&interfaces, &attempt, now, &mut events, tags.is_some());
+                        tag.filter(|_| !attempt.tagged)
                     }
-                    Err(skip) => self.metrics.span_skipped(skip.label()),
+                    Err(skip) => {
+                        self.metrics.span_skipped(skip.label());
+                        None
+                    }
+                };
+                if let Some(tags) = tags.as_deref_mut() {
+                    tags.push(tag);
                 }
             }
         }
@@ -423,17 +708,20 @@ impl Pipeline {
         summary
     }
 
+    /// Tracks one attempt; when `want_tags`, returns its `refusal_gate.*` attributes encoded
+    /// as `Span.attributes` fields.
     fn observe(
         &self,
         interfaces: &Interfaces,
         attempt: &Attempt<'_>,
         now: Nanos,
         events: &mut Vec<Event>,
-    ) {
+        want_tags: bool,
+    ) -> Option<Vec<u8>> {
         let interface = interfaces.resolve(attempt.origin.as_deref(), attempt.path);
         let interface_name = interfaces.name(interface);
         let declared = interfaces.declared(interface, attempt.path);
-        let (outcome, _reason) = classify::outcome(attempt.family, &attempt.signal);
+        let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
         let discovery_read = outcome == classify::Outcome::Ok
             && extract::reads_discovery(attempt, interfaces, interface);
         let interface_id = self.hash(interface_name);
@@ -458,13 +746,17 @@ impl Pipeline {
             trace_id: fixed(attempt.trace_id),
             span_id: fixed(attempt.span_id),
         };
-        if self
-            .tracker
-            .observe(now, &obs, &attempt.operation, events)
-            .is_none()
-        {
+        let Some(judgement) = self.tracker.observe(now, &obs, &attempt.operation, events) else {
             self.metrics.span_skipped("duplicate");
-        }
+            return None;
+        };
+        want_tags.then(|| {
+            encode_tags(
+                &judgement,
+                classify::reason(outcome, declared, reason),
+                interface_name,
+            )
+        })
     }
 
     /// Settles pending verdicts (all of them when `force`) and records them.

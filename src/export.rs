@@ -1,0 +1,489 @@
+//! Forwarding the tagged spans to a downstream OTLP endpoint (another Collector, Tempo,
+//! Jaeger) without losing them and without becoming a retry storm.
+//!
+//! Edge. The receivers reserve room in the queue before they ingest a request; when the
+//! queue is full they answer OTLP's retryable `503`/`UNAVAILABLE` with a retry hint, so the
+//! senders' SDKs retry (`on_full: backpressure`, the default), or they accept it and the
+//! forward is dropped and counted (`on_full: drop`). The queue holds encoded requests
+//! (a `std::sync::Mutex<VecDeque>`, held only to push or pop, never across an `.await`); one
+//! task sends them in order, concatenating requests up to `batch_size` spans (concatenated
+//! protobuf messages merge, so nothing is re-encoded). It follows the product's own rule:
+//! `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `ABORTED`, `RESOURCE_EXHAUSTED` with `RetryInfo`, HTTP
+//! 429, 502, 503, 504 and timeouts are retried with exponential backoff and jitter,
+//! honouring `RetryInfo` and `Retry-After`; anything else is final and counted; a
+//! `partial_success` is logged and not retried.
+
+use crate::config::{ExportProtocol, OnFull, OtlpExporterConfig};
+use crate::retry::Backoff;
+use bytes::{Buf, BufMut, Bytes};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+use prometheus::{IntCounter, IntCounterVec, IntGauge};
+use prost::Message;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// The first wait after a failed send; it doubles (with jitter) up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest wait between retries of one batch.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// What the receivers tell senders to wait when the queue is full.
+pub const RETRY_HINT: Duration = Duration::from_secs(1);
+
+/// The counters the exporter keeps.
+pub struct ExportMetrics {
+    /// `refusal_gate_exporter_sent_spans_total`.
+    pub sent: IntCounter,
+    /// `refusal_gate_exporter_failed_spans_total{reason}`.
+    pub failed: IntCounterVec,
+    /// `refusal_gate_exporter_queue_spans`.
+    pub queued: IntGauge,
+}
+
+/// Room in the queue, asked for before a request is ingested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reservation {
+    /// Room for the spans: push them once tagged.
+    Granted,
+    /// Full, and `on_full: drop`: ingest the request, forward nothing (counted).
+    Dropped,
+    /// Full, and `on_full: backpressure`: refuse the request with a retry hint.
+    Refused,
+}
+
+struct Item {
+    body: Bytes,
+    spans: usize,
+}
+
+/// The queue and its sender.
+pub struct Exporter {
+    config: OtlpExporterConfig,
+    queue: Mutex<VecDeque<Item>>,
+    /// Spans reserved or queued; never more than `queue_size`.
+    reserved: AtomicUsize,
+    wake: Notify,
+    stopping: AtomicBool,
+    metrics: ExportMetrics,
+}
+
+/// What one send came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Sent {
+    /// Accepted; `rejected` spans of it were refused by a partial success.
+    Ok { rejected: u64, message: String },
+    /// Retry, after the hint when the receiver gave one.
+    Retry(String, Option<Duration>),
+    /// Final: the receiver refused.
+    Final(String),
+}
+
+impl Exporter {
+    /// An exporter for `config`, counting into `metrics`.
+    pub fn new(config: OtlpExporterConfig, metrics: ExportMetrics) -> Exporter {
+        Exporter {
+            config,
+            queue: Mutex::new(VecDeque::new()),
+            reserved: AtomicUsize::new(0),
+            wake: Notify::new(),
+            stopping: AtomicBool::new(false),
+            metrics,
+        }
+    }
+
+    /// Reserves room for `spans` spans.
+    pub fn reserve(&self, spans: usize) -> Reservation {
+        let cap = self.config.queue_size;
+        let granted = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r + spans <= cap).then_some(r + spans)
+            })
+            .is_ok();
+        match (granted, self.config.on_full) {
+            (true, _) => Reservation::Granted,
+            (false, OnFull::Drop) => {
+                self.metrics
+                    .failed
+                    .with_label_values(&["queue_full"])
+                    .inc_by(spans as u64);
+                Reservation::Dropped
+            }
+            (false, OnFull::Backpressure) => Reservation::Refused,
+        }
+    }
+
+    /// Queues a tagged request whose room was [`Reservation::Granted`].
+    pub fn push(&self, body: Vec<u8>, spans: usize) {
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(Item {
+                body: Bytes::from(body),
+                spans,
+            });
+        self.metrics
+            .queued
+            .set(self.reserved.load(Ordering::Acquire) as i64);
+        self.wake.notify_one();
+    }
+
+    /// Gives back room reserved for a request that was not queued after all.
+    pub fn release(&self, spans: usize) {
+        self.reserved.fetch_sub(spans, Ordering::AcqRel);
+    }
+
+    /// Spans reserved or waiting.
+    pub fn queued(&self) -> usize {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// Takes the next batch: whole requests, up to `batch_size` spans (at least one request).
+    fn next_batch(&self) -> Option<(Bytes, usize)> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = queue.pop_front()?;
+        if first.spans >= self.config.batch_size || queue.is_empty() {
+            return Some((first.body, first.spans));
+        }
+        let mut body = Vec::with_capacity(first.body.len() * 2);
+        body.put(first.body);
+        let mut spans = first.spans;
+        while let Some(next) = queue.front() {
+            if spans + next.spans > self.config.batch_size {
+                break;
+            }
+            let next = queue.pop_front().expect("front was just seen");
+            spans += next.spans;
+            // Concatenated protobuf messages merge: the repeated resource_spans append.
+            body.put(next.body);
+        }
+        Some((Bytes::from(body), spans))
+    }
+
+    fn done(&self, spans: usize) {
+        self.reserved.fetch_sub(spans, Ordering::AcqRel);
+        self.metrics
+            .queued
+            .set(self.reserved.load(Ordering::Acquire) as i64);
+    }
+
+    /// Sends batches until stopped: waits `batch_interval` for a batch to fill, retries by
+    /// the product's own rule.
+    pub async fn run(&self, client: Downstream) {
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        loop {
+            if self
+                .queue
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+            {
+                if self.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                let _ =
+                    tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
+                continue;
+            }
+            if self.queued() < self.config.batch_size && !self.stopping.load(Ordering::Acquire) {
+                // Let a batch fill, a little.
+                let _ =
+                    tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
+            }
+            let Some((body, spans)) = self.next_batch() else {
+                continue;
+            };
+            self.deliver(&client, body, spans, &mut backoff).await;
+        }
+    }
+
+    /// Sends one batch until it is delivered, refused, or the exporter stops retrying.
+    async fn deliver(&self, client: &Downstream, body: Bytes, spans: usize, backoff: &mut Backoff) {
+        loop {
+            match client.send(&self.config, body.clone()).await {
+                Sent::Ok { rejected, message } => {
+                    if rejected > 0 {
+                        tracing::warn!(rejected, error = %message, "Downstream accepted part of a batch; the rest is not retried.");
+                        self.metrics
+                            .failed
+                            .with_label_values(&["partial_success"])
+                            .inc_by(rejected);
+                    }
+                    self.metrics
+                        .sent
+                        .inc_by((spans as u64).saturating_sub(rejected));
+                    backoff.reset();
+                    self.done(spans);
+                    return;
+                }
+                Sent::Final(why) => {
+                    tracing::error!(spans, error = %why, "Downstream refused the spans; not retried.");
+                    self.metrics
+                        .failed
+                        .with_label_values(&["refused"])
+                        .inc_by(spans as u64);
+                    self.done(spans);
+                    return;
+                }
+                Sent::Retry(why, hint) => {
+                    // Each failed try counts its spans under `retried`: an outage shows.
+                    self.metrics
+                        .failed
+                        .with_label_values(&["retried"])
+                        .inc_by(spans as u64);
+                    if self.stopping.load(Ordering::Acquire) {
+                        // Draining: the deadline decides, not the backoff.
+                        tokio::time::sleep(FIRST_BACKOFF).await;
+                        continue;
+                    }
+                    let wait = jitter(backoff.wait(hint), hint.is_some());
+                    tracing::warn!(spans, error = %why, wait_ms = wait.as_millis() as u64, "Forwarding failed; retrying with backoff.");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    /// Stops accepting the wait-for-more and sends what is queued within `deadline`;
+    /// returns how many spans could not be delivered (counted as failed, `shutdown`).
+    pub async fn drain(&self, sender: tokio::task::JoinHandle<()>, deadline: Duration) -> usize {
+        self.stopping.store(true, Ordering::Release);
+        self.wake.notify_one();
+        let abort = sender.abort_handle();
+        let started = Instant::now();
+        if tokio::time::timeout(deadline, sender).await.is_err() {
+            abort.abort();
+        }
+        let left = self.queued();
+        if left > 0 {
+            self.metrics
+                .failed
+                .with_label_values(&["shutdown"])
+                .inc_by(left as u64);
+        }
+        tracing::info!(
+            undelivered = left,
+            took_ms = started.elapsed().as_millis() as u64,
+            "Exporter drained."
+        );
+        left
+    }
+}
+
+/// Spreads retries of many senders: ±25 % around the backoff, unless the receiver named
+/// the wait itself.
+fn jitter(wait: Duration, hinted: bool) -> Duration {
+    if hinted {
+        return wait;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // A cheap spread from the clock's low bits: 0.75 .. 1.25.
+    let factor = 0.75 + f64::from(nanos % 1000) / 2000.0;
+    wait.mul_f64(factor)
+}
+
+/// The downstream endpoint, over gRPC or HTTP.
+pub enum Downstream {
+    /// OTLP/gRPC.
+    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
+    /// OTLP/HTTP protobuf, to this URL.
+    Http(reqwest::Client, String),
+}
+
+/// Encodes raw request bytes and decodes the response, for the gRPC client.
+#[derive(Debug, Clone, Copy, Default)]
+struct RawCodec;
+struct RawEncoder;
+struct ResponseDecoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for ResponseDecoder {
+    type Item = ExportTraceServiceResponse;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Self::Item>, tonic::Status> {
+        let bytes = src.copy_to_bytes(src.remaining());
+        ExportTraceServiceResponse::decode(bytes)
+            .map(Some)
+            .map_err(|e| tonic::Status::internal(e.to_string()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ExportTraceServiceResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ResponseDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+impl Downstream {
+    /// A client for `config` (connects lazily).
+    ///
+    /// # Errors
+    /// When the endpoint is not a valid URI or the HTTP client cannot be built.
+    pub fn new(config: &OtlpExporterConfig) -> anyhow::Result<Downstream> {
+        match config.protocol {
+            ExportProtocol::Grpc => {
+                let channel = tonic::transport::Endpoint::from_shared(config.endpoint.clone())?
+                    .connect_timeout(config.timeout)
+                    .connect_lazy();
+                let mut grpc = tonic::client::Grpc::new(channel);
+                if config.gzip() {
+                    grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                Ok(Downstream::Grpc(grpc))
+            }
+            ExportProtocol::HttpProtobuf => {
+                let base = config.endpoint.trim_end_matches('/');
+                let url = if base.ends_with("/v1/traces") {
+                    base.to_owned()
+                } else {
+                    format!("{base}/v1/traces")
+                };
+                Ok(Downstream::Http(reqwest::Client::builder().build()?, url))
+            }
+        }
+    }
+
+    async fn send(&self, config: &OtlpExporterConfig, body: Bytes) -> Sent {
+        match self {
+            Downstream::Grpc(grpc) => send_grpc(grpc.clone(), config, body).await,
+            Downstream::Http(client, url) => send_http(client, url, config, body).await,
+        }
+    }
+}
+
+fn partial(response: &ExportTraceServiceResponse) -> Sent {
+    let (rejected, message) = response
+        .partial_success
+        .as_ref()
+        .map_or((0, String::new()), |p| {
+            (
+                u64::try_from(p.rejected_spans).unwrap_or(0),
+                p.error_message.clone(),
+            )
+        });
+    Sent::Ok { rejected, message }
+}
+
+async fn send_grpc(
+    mut grpc: tonic::client::Grpc<tonic::transport::Channel>,
+    config: &OtlpExporterConfig,
+    body: Bytes,
+) -> Sent {
+    use tonic::Code;
+    use tonic_types::StatusExt;
+    let mut request = tonic::Request::new(body);
+    request.set_timeout(config.timeout);
+    for (k, v) in &config.headers {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+            tonic::metadata::MetadataValue::try_from(v.as_str()),
+        ) {
+            request.metadata_mut().insert(k, v);
+        }
+    }
+    let call = async {
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        grpc.unary(
+            request,
+            tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
+            RawCodec,
+        )
+        .await
+    };
+    let status = match tokio::time::timeout(config.timeout, call).await {
+        Err(_) => return Sent::Retry(format!("timed out after {:?}", config.timeout), None),
+        Ok(Ok(response)) => return partial(response.get_ref()),
+        Ok(Err(status)) => status,
+    };
+    let hint = status.get_details_retry_info().and_then(|r| r.retry_delay);
+    let why = format!("{:?}: {}", status.code(), status.message());
+    match status.code() {
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Aborted
+        | Code::OutOfRange
+        | Code::DataLoss
+        | Code::Cancelled => Sent::Retry(why, hint),
+        Code::ResourceExhausted if hint.is_some() => Sent::Retry(why, hint),
+        _ => Sent::Final(why),
+    }
+}
+
+async fn send_http(
+    client: &reqwest::Client,
+    url: &str,
+    config: &OtlpExporterConfig,
+    body: Bytes,
+) -> Sent {
+    let mut request = client
+        .post(url)
+        .timeout(config.timeout)
+        .header(reqwest::header::CONTENT_TYPE, "application/x-protobuf");
+    for (k, v) in &config.headers {
+        request = request.header(k.as_str(), v.as_str());
+    }
+    let body = if config.gzip() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 4),
+            flate2::Compression::fast(),
+        );
+        if gz.write_all(&body).is_err() {
+            return Sent::Final("compressing the batch failed".to_owned());
+        }
+        request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");
+        gz.finish().map(Bytes::from).unwrap_or(body)
+    } else {
+        body
+    };
+    let response = match request.body(body).send().await {
+        Ok(r) => r,
+        Err(e) => return Sent::Retry(e.to_string(), None),
+    };
+    let status = response.status();
+    let hint = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    if status.is_success() {
+        let bytes = response.bytes().await.unwrap_or_default();
+        return partial(&ExportTraceServiceResponse::decode(bytes).unwrap_or_default());
+    }
+    // OTLP/HTTP: 429, 502, 503 and 504 are retryable; every other failure is final.
+    match status.as_u16() {
+        429 | 502 | 503 | 504 => Sent::Retry(format!("HTTP {status}"), hint),
+        _ => Sent::Final(format!("HTTP {status}")),
+    }
+}

@@ -1,0 +1,612 @@
+//! Forwarding, black-box: two refusal-gate processes chained (A forwards to B, B to a
+//! capturing OTLP sink), spans arriving with their `refusal_gate.*` attributes and nothing
+//! else changed; no loss across a restart of B; a downstream that refuses is not retried;
+//! a full queue pushes back with OTLP's retryable answer.
+
+mod common;
+
+use common::{free_port, http_span, kv, Reaper};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
+
+/// An OTLP/gRPC receiver that keeps every request it is sent.
+#[derive(Clone, Default)]
+struct Sink {
+    requests: Arc<Mutex<Vec<ExportTraceServiceRequest>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Sink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.requests
+            .lock()
+            .expect("not poisoned")
+            .push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+impl Sink {
+    /// Every span received, by span id, with its resource and scope.
+    fn spans(&self) -> HashMap<Vec<u8>, (Resource, InstrumentationScope, Span)> {
+        let mut out = HashMap::new();
+        for request in self.requests.lock().expect("not poisoned").iter() {
+            for rs in &request.resource_spans {
+                for ss in &rs.scope_spans {
+                    for span in &ss.spans {
+                        out.insert(
+                            span.span_id.clone(),
+                            (
+                                rs.resource.clone().unwrap_or_default(),
+                                ss.scope.clone().unwrap_or_default(),
+                                span.clone(),
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Serves a `TraceService` on a free port. Like a Collector, it accepts gzip
+/// (refusal-gate's default compression).
+async fn serve<S: TraceService>(service: S) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let service =
+        TraceServiceServer::new(service).accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await;
+    });
+    addr
+}
+
+async fn start_sink() -> (SocketAddr, Sink) {
+    let sink = Sink::default();
+    (serve(sink.clone()).await, sink)
+}
+
+/// A refusal-gate process on the given ports, forwarding with `exporter` (YAML).
+struct Gate {
+    _child: Reaper,
+    grpc: u16,
+    http: u16,
+    admin: u16,
+}
+
+fn gate(ports: (u16, u16, u16), exporter: &str, dir: &std::path::Path, name: &str) -> Gate {
+    let (grpc, http, admin) = ports;
+    let config = format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:{grpc} }}\n    http: {{ endpoint: 127.0.0.1:{http} }}\n\
+         admin:\n  endpoint: 127.0.0.1:{admin}\n\
+         interfaces:\n  - name: weather-mcp\n    protocol: mcp\n    url: http://mcp.test:8080/mcp\n    endpoints: [{{ path: /mcp }}]\n\
+         exporters:\n  otlp: {exporter}\n"
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, config).expect("writing the configuration");
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).expect("a log file");
+    let child = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
+        assert!(Instant::now() < deadline, "{name} did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Gate {
+        _child: Reaper(child),
+        grpc,
+        http,
+        admin,
+    }
+}
+
+fn ports() -> (u16, u16, u16) {
+    (free_port(), free_port(), free_port())
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("refusal-gate-fwd-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+/// A request with everything a forwarder could lose: resource attributes and dropped
+/// count, a scope with version and attributes, schema URLs, events, links, status, flags,
+/// and a server span that is not an attempt.
+fn rich_request(client: &str, first: u64) -> ExportTraceServiceRequest {
+    let mcp = "http://mcp.test:8080";
+    let mut spans: Vec<Span> = vec![
+        http_span(first, "GET", &format!("{mcp}/.well-known/mcp.json"), 200),
+        http_span(first + 1, "POST", &format!("{mcp}/mcp/sse"), 404),
+        http_span(first + 2, "POST", &format!("{mcp}/mcp/sse"), 404),
+    ];
+    let mut server = http_span(first + 3, "GET", &format!("{mcp}/x"), 200);
+    server.kind = 2;
+    spans.push(server);
+    for span in &mut spans {
+        span.trace_state = "vendor=1".into();
+        span.flags = 1;
+        span.dropped_attributes_count = 2;
+        span.events
+            .push(opentelemetry_proto::tonic::trace::v1::span::Event {
+                name: "log".into(),
+                time_unix_nano: span.start_time_unix_nano + 5,
+                attributes: vec![kv("n", Value::IntValue(1))],
+                ..Default::default()
+            });
+        span.attributes
+            .push(kv("custom.double", Value::DoubleValue(1.5)));
+    }
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", Value::StringValue(client.into())),
+                    kv("deployment.environment", Value::StringValue("test".into())),
+                ],
+                dropped_attributes_count: 3,
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                scope: Some(InstrumentationScope {
+                    name: "agent-sdk".into(),
+                    version: "1.2.3".into(),
+                    attributes: vec![kv("scope.attr", Value::BoolValue(true))],
+                    dropped_attributes_count: 0,
+                }),
+                spans,
+                schema_url: "https://opentelemetry.io/schemas/1.30.0".into(),
+            }],
+            schema_url: "https://opentelemetry.io/schemas/1.30.0".into(),
+        }],
+    }
+}
+
+async fn post(port: u16, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .expect("the receiver answers")
+}
+
+fn string_attr<'a>(span: &'a Span, key: &str) -> Option<&'a Value> {
+    span.attributes
+        .iter()
+        .find(|a| a.key == key)
+        .and_then(|a| a.value.as_ref())
+        .and_then(|v| v.value.as_ref())
+}
+
+async fn wait_for_spans(sink: &Sink, n: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink.spans().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {} of {n} spans arrived",
+            sink.spans().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn metric(admin: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("the admin endpoint answers")
+        .text()
+        .await
+        .expect("a body");
+    common::value(&text, name, labels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_cross_two_gates_tagged_and_otherwise_unchanged() {
+    let dir = temp_dir("chain");
+    let (sink_addr, sink) = start_sink().await;
+    let b = gate(
+        ports(),
+        &format!("{{ endpoint: 'http://{sink_addr}', batch_interval: 50ms }}"),
+        &dir,
+        "b",
+    );
+    let a = gate(
+        ports(),
+        &format!(
+            "{{ endpoint: 'http://127.0.0.1:{}', batch_interval: 50ms, compression: gzip }}",
+            b.grpc
+        ),
+        &dir,
+        "a",
+    );
+    let sent = rich_request("chained-agent", 0);
+    assert_eq!(post(a.http, sent.encode_to_vec()).await.status(), 200);
+    wait_for_spans(&sink, 4, "A → B → sink").await;
+
+    let got = sink.spans();
+    let rs = &sent.resource_spans[0];
+    let ss = &rs.scope_spans[0];
+    for original in &ss.spans {
+        let (resource, scope, span) = got.get(&original.span_id).expect("every span arrives");
+        assert_eq!(
+            resource,
+            rs.resource.as_ref().expect("a resource"),
+            "the resource is unchanged"
+        );
+        assert_eq!(
+            scope,
+            ss.scope.as_ref().expect("a scope"),
+            "the scope is unchanged"
+        );
+        // Everything but the appended attributes is the same.
+        let (kept, added) = span.attributes.split_at(original.attributes.len());
+        assert_eq!(
+            kept,
+            &original.attributes[..],
+            "the original attributes, in order"
+        );
+        let mut without = span.clone();
+        without.attributes.truncate(original.attributes.len());
+        assert_eq!(
+            &without, original,
+            "ids, times, events, status, flags unchanged"
+        );
+        let is_attempt = original.kind == 3;
+        assert_eq!(
+            !added.is_empty(),
+            is_attempt,
+            "only attempts are tagged, once"
+        );
+        assert!(added.iter().all(|a| a.key.starts_with("refusal_gate.")));
+    }
+    let first_retry = &got[&ss.spans[2].span_id].2;
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.class"),
+        Some(&Value::StringValue("refusal".into()))
+    );
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.kind"),
+        Some(&Value::StringValue("interface_not_declared".into()))
+    );
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.violation"),
+        Some(&Value::StringValue("retry_after_refusal".into()))
+    );
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.attempt"),
+        Some(&Value::IntValue(2))
+    );
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.reason"),
+        Some(&Value::StringValue("http 404 undeclared path".into()))
+    );
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.interface"),
+        Some(&Value::StringValue("weather-mcp".into()))
+    );
+    let read = &got[&ss.spans[0].span_id].2;
+    assert_eq!(
+        string_attr(read, "refusal_gate.discovery_read"),
+        Some(&Value::BoolValue(true))
+    );
+    assert_eq!(
+        string_attr(read, "refusal_gate.decision"),
+        Some(&Value::StringValue("proceed".into()))
+    );
+    assert_eq!(
+        metric(a.admin, "refusal_gate_exporter_sent_spans_total", &[]).await,
+        4.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_lost_while_the_next_gate_restarts() {
+    let dir = temp_dir("restart");
+    let (sink_addr, sink) = start_sink().await;
+    let b_ports = ports();
+    let b_exporter = format!("{{ endpoint: 'http://{sink_addr}', batch_interval: 50ms }}");
+    let mut b = Some(gate(b_ports, &b_exporter, &dir, "b"));
+    let a = gate(
+        ports(),
+        &format!(
+            "{{ endpoint: 'http://127.0.0.1:{}', batch_interval: 50ms, timeout: 2s }}",
+            b_ports.0
+        ),
+        &dir,
+        "a",
+    );
+    let mut sent = 0u64;
+    for round in 0..30u64 {
+        if round == 10 {
+            // Stop B gracefully (it drains to the sink) and keep sending to A.
+            if let Some(g) = b.take() {
+                let mut child = g._child;
+                let pid = child.0.id().to_string();
+                Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .status()
+                    .expect("kill runs");
+                let _ = child.0.wait();
+            }
+        }
+        if round == 20 {
+            b = Some(gate(b_ports, &b_exporter, &dir, "b"));
+        }
+        let spans: Vec<Span> = (0..5)
+            .map(|i| http_span(round * 5 + i, "POST", "http://api.test/items", 503))
+            .collect();
+        let r = post(a.http, common::export("restart-agent", spans)).await;
+        assert_eq!(r.status(), 200, "A accepts while B is away");
+        sent += 5;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_for_spans(&sink, sent as usize, "after B came back").await;
+    let got = sink.spans();
+    for n in 0..sent {
+        assert!(
+            got.contains_key((n + 1).to_be_bytes().as_slice()),
+            "span {n} arrived"
+        );
+    }
+    assert!(
+        metric(
+            a.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "retried")]
+        )
+        .await
+            > 0.0,
+        "A's retries show the outage"
+    );
+    assert_eq!(
+        metric(
+            a.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "refused")]
+        )
+        .await,
+        0.0
+    );
+    drop(b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A gRPC server whose TraceService answers UNIMPLEMENTED, counting the calls.
+#[derive(Clone, Default)]
+struct Refuser {
+    calls: Arc<Mutex<usize>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Refuser {
+    async fn export(
+        &self,
+        _request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        *self.calls.lock().expect("not poisoned") += 1;
+        Err(tonic::Status::unimplemented("traces are not accepted here"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downstream_that_refuses_is_sent_once() {
+    let dir = temp_dir("refuse");
+    let refuser = Refuser::default();
+    let addr = serve(refuser.clone()).await;
+    let a = gate(
+        ports(),
+        &format!("{{ endpoint: 'http://{addr}', batch_interval: 50ms }}"),
+        &dir,
+        "a",
+    );
+    let spans = (0..3)
+        .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+        .collect();
+    assert_eq!(
+        post(a.http, common::export("refused-agent", spans))
+            .await
+            .status(),
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while *refuser.calls.lock().expect("not poisoned") == 0 {
+        assert!(Instant::now() < deadline, "never sent");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *refuser.calls.lock().expect("not poisoned"),
+        1,
+        "UNIMPLEMENTED is final"
+    );
+    assert_eq!(
+        metric(
+            a.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "refused")]
+        )
+        .await,
+        3.0
+    );
+    assert_eq!(
+        metric(
+            a.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "retried")]
+        )
+        .await,
+        0.0
+    );
+    assert_eq!(
+        metric(a.admin, "refusal_gate_exporter_queue_spans", &[]).await,
+        0.0
+    );
+
+    // Over HTTP, a 404 is final too.
+    let hits = Arc::new(Mutex::new(0usize));
+    let counted = Arc::clone(&hits);
+    let app = axum::Router::new().fallback(move || {
+        let counted = Arc::clone(&counted);
+        async move {
+            *counted.lock().expect("not poisoned") += 1;
+            axum::http::StatusCode::NOT_FOUND
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let http_addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let h = gate(
+        ports(),
+        &format!(
+            "{{ endpoint: 'http://{http_addr}', protocol: http/protobuf, batch_interval: 50ms }}"
+        ),
+        &dir,
+        "h",
+    );
+    let spans = (0..2)
+        .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+        .collect();
+    assert_eq!(
+        post(h.http, common::export("refused-agent-http", spans))
+            .await
+            .status(),
+        200
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(*hits.lock().expect("not poisoned"), 1, "HTTP 404 is final");
+    assert_eq!(
+        metric(
+            h.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "refused")]
+        )
+        .await,
+        2.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_pushes_back_with_a_retry_hint() {
+    let dir = temp_dir("full");
+    // Nothing listens downstream, so nothing drains.
+    let nowhere = free_port();
+    let a = gate(
+        ports(),
+        &format!(
+            "{{ endpoint: 'http://127.0.0.1:{nowhere}', queue_size: 10, batch_interval: 50ms }}"
+        ),
+        &dir,
+        "a",
+    );
+    let batch = |first: u64| {
+        common::export(
+            "full-agent",
+            (first..first + 5)
+                .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+                .collect(),
+        )
+    };
+    assert_eq!(post(a.http, batch(0)).await.status(), 200);
+    assert_eq!(post(a.http, batch(5)).await.status(), 200);
+    let r = post(a.http, batch(10)).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+
+    // gRPC: UNAVAILABLE with RetryInfo.
+    use tonic_types::StatusExt;
+    let mut client = opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient::connect(
+        format!("http://127.0.0.1:{}", a.grpc),
+    )
+    .await
+    .expect("connects");
+    let request = ExportTraceServiceRequest::decode(&batch(20)[..]).expect("valid");
+    let status = client.export(request).await.expect_err("the queue is full");
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        status.get_details_retry_info().and_then(|r| r.retry_delay),
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(
+        metric(
+            a.admin,
+            "refusal_gate_receiver_refused_spans_total",
+            &[("reason", "queue_full")]
+        )
+        .await,
+        10.0
+    );
+    assert_eq!(
+        metric(a.admin, "refusal_gate_exporter_queue_spans", &[]).await,
+        10.0
+    );
+    // Refused requests were not ingested: a retry later will be counted once.
+    assert_eq!(
+        metric(
+            a.admin,
+            "refusal_gate_attempts_total",
+            &[("client", "full-agent")]
+        )
+        .await,
+        10.0
+    );
+
+    // on_full: drop accepts and counts the drop instead.
+    let d = gate(
+        ports(),
+        &format!("{{ endpoint: 'http://127.0.0.1:{nowhere}', queue_size: 5, on_full: drop, batch_interval: 50ms }}"),
+        &dir,
+        "d",
+    );
+    assert_eq!(post(d.http, batch(0)).await.status(), 200);
+    assert_eq!(post(d.http, batch(5)).await.status(), 200);
+    assert_eq!(
+        metric(
+            d.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "queue_full")]
+        )
+        .await,
+        5.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
