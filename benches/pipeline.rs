@@ -1,21 +1,23 @@
-//! Criterion benchmarks of each stage of the ingest path, on a realistic agent payload:
-//! 100 client spans a request, 8–10 attributes each, a mix of HTTP, MCP and gRPC attempts,
-//! a fifth of them failing. Also the tracker's sharding: two threads observing at once
-//! with one lock versus sixteen.
+//! Criterion benchmarks of each stage of the ingest path, on a realistic agent payload
+//! (`refusal_gate::workload`): 100 client spans a request, 10 attributes each, a mix of
+//! HTTP, MCP, gRPC and A2A attempts, a fifth of them failing. The reference is prost's owned
+//! decode of the same request; `path/whole_*` is everything the server does per request
+//! without forwarding. Also the tracker's sharding: two threads at once, one lock vs sixteen.
 //!
 //!     cargo bench --bench pipeline
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
+use refusal_gate::classify::Kind;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::config::{Config, TrackerConfig};
 use refusal_gate::discovery::loader::Catalog;
 use refusal_gate::discovery::Declared;
 use refusal_gate::extract;
 use refusal_gate::metrics::Metrics;
-use refusal_gate::receiver::{decode, Encoding, Pipeline, Transport};
-use refusal_gate::tracker::{GroupId, Observation, Tracker};
+use refusal_gate::receiver::{wire, Encoding, Pipeline, Transport};
+use refusal_gate::tracker::{Event, GroupId, Observation, Tracker};
 use refusal_gate::workload;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -26,41 +28,9 @@ fn request(n: usize, clients: usize) -> ExportTraceServiceRequest {
     workload::request(n, clients, SPANS)
 }
 
-fn stages(c: &mut Criterion) {
-    let body = request(0, 1).encode_to_vec();
-    let mut g = c.benchmark_group("stage");
-    g.throughput(Throughput::Elements(SPANS as u64));
-    g.bench_function("prost_owned_decode", |b| {
-        b.iter(|| ExportTraceServiceRequest::decode(black_box(&body[..])).expect("valid"))
-    });
-    g.bench_function("decode", |b| {
-        b.iter(|| decode(black_box(&body), Encoding::Protobuf).expect("valid"))
-    });
-    let batch = decode(&body, Encoding::Protobuf).expect("valid");
-    let (resource, spans) = &batch.resources[0];
-    g.bench_function("extract", |b| {
-        b.iter(|| {
-            for span in spans {
-                black_box(extract::extract(resource, span).expect("an attempt"));
-            }
-        })
-    });
-    let attempts: Vec<_> = spans
-        .iter()
-        .map(|s| extract::extract(resource, s).expect("an attempt"))
-        .collect();
-    g.bench_function("classify", |b| {
-        b.iter(|| {
-            for a in &attempts {
-                let (o, _) = classify::outcome(a.family, black_box(&a.signal));
-                black_box(classify::classify(o, Declared::Unknown, true));
-            }
-        })
-    });
-    g.finish();
-
-    let mut g = c.benchmark_group("ingest");
-    g.throughput(Throughput::Elements(SPANS as u64));
+/// A pipeline on the default configuration, warmed with every key of the workload so the
+/// benches measure the steady state.
+fn warm_pipeline(bodies: &[Vec<u8>]) -> Pipeline {
     let config = Config::default();
     let pipeline = Pipeline::new(
         Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
@@ -68,13 +38,110 @@ fn stages(c: &mut Criterion) {
         Metrics::new(&config.metrics),
         &config.alerting,
     );
+    for body in bodies {
+        pipeline
+            .handle(Transport::Grpc, body, Encoding::Protobuf)
+            .expect("valid");
+    }
+    pipeline.settle(true);
+    pipeline
+}
+
+fn stages(c: &mut Criterion) {
+    // 64 distinct requests from 16 clients, each encoded once.
     let bodies: Vec<Vec<u8>> = (0..64).map(|n| request(n, 16).encode_to_vec()).collect();
-    let mut n = 0;
-    g.bench_function("decode_extract_classify_track_count", |b| {
+    let body = &bodies[0];
+    let mut g = c.benchmark_group("stage");
+    g.throughput(Throughput::Elements(SPANS as u64));
+    g.bench_function("prost_owned_decode", |b| {
+        b.iter(|| ExportTraceServiceRequest::decode(black_box(&body[..])).expect("valid"))
+    });
+    g.bench_function("decode", |b| {
+        b.iter(|| {
+            let mut n = 0;
+            for rs in wire::each(black_box(body), 1).map_while(Result::ok) {
+                for ss in wire::each(rs, 2).map_while(Result::ok) {
+                    for span in wire::each(ss, 2).map_while(Result::ok) {
+                        black_box(wire::SpanRef::parse(span).expect("valid"));
+                        n += 1;
+                    }
+                }
+            }
+            n
+        })
+    });
+    let spans: Vec<wire::SpanRef<'_>> = wire::each(body, 1)
+        .map_while(Result::ok)
+        .flat_map(|rs| wire::each(rs, 2).map_while(Result::ok))
+        .flat_map(|ss| wire::each(ss, 2).map_while(Result::ok))
+        .map(|span| wire::SpanRef::parse(span).expect("valid"))
+        .collect();
+    let client = extract::Client {
+        name: "agent-0",
+        instance: Some("pod-0"),
+    };
+    g.bench_function("extract_classify", |b| {
+        b.iter(|| {
+            for span in &spans {
+                let a = extract::extract(client, span).expect("an attempt");
+                let (o, _) = classify::outcome(a.family, black_box(&a.signal));
+                black_box(classify::classify(o, Declared::Unknown, true));
+            }
+        })
+    });
+    let tracker = Tracker::new(&TrackerConfig::default());
+    let mut events = Vec::with_capacity(256);
+    let mut round = 0u64;
+    g.bench_function("track", |b| {
+        b.iter(|| {
+            round += 1;
+            for n in 0..SPANS as u64 {
+                let mut o = observation(0, n);
+                o.start += round * 1_000_000_000;
+                o.end += round * 1_000_000_000;
+                tracker.observe(o.end, &o, &"op", &mut events);
+            }
+            tracker.settle(0, true, &mut events);
+            events.clear();
+        })
+    });
+    let pipeline = warm_pipeline(&bodies);
+    let counted: Vec<Event> = (0..SPANS as u32)
+        .map(|n| Event::Counted {
+            operation: None,
+            labels: n % 16,
+            kind: if n % 5 == 0 {
+                Kind::Transient
+            } else {
+                Kind::Ok
+            },
+            violation: None,
+            discovery_read: false,
+            trace_id: [0; 16],
+            span_id: [0; 8],
+        })
+        .collect();
+    g.bench_function("count", |b| {
+        b.iter(|| pipeline.metrics().record(black_box(&counted)))
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("path");
+    g.throughput(Throughput::Elements(SPANS as u64));
+    g.bench_function("prost_owned_decode", |b| {
+        let mut n = 0;
         b.iter(|| {
             n = (n + 1) % bodies.len();
-            let batch = decode(&bodies[n], Encoding::Protobuf).expect("valid");
-            pipeline.ingest(Transport::Grpc, &batch, 1_700_000_000_000_000_000)
+            ExportTraceServiceRequest::decode(black_box(&bodies[n][..])).expect("valid")
+        })
+    });
+    let mut n = 0;
+    g.bench_function("whole_decode_extract_classify_track_count", |b| {
+        b.iter(|| {
+            n = (n + 1) % bodies.len();
+            pipeline
+                .handle(Transport::Grpc, black_box(&bodies[n]), Encoding::Protobuf)
+                .expect("valid")
         })
     });
     g.finish();

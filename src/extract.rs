@@ -1,12 +1,122 @@
 //! Extraction: one OTLP span (and its resource) → one [`Attempt`] (DESIGN §3).
 //!
-//! Core: pure. It reads each attribute once, borrows every string it keeps from the decoded
-//! request, and allocates only the normalised origin. It does not classify, log, count or
-//! look at a clock; a span that is not an attempt comes back as a [`Skip`] reason.
+//! Core: pure. It reads each attribute once, borrows every string it keeps from the
+//! request, and allocates nothing (the normalised origin is built in a fixed buffer). A span
+//! is read through [`SpanView`]: straight from the protobuf bytes (the receivers' hot path)
+//! or from prost's owned types (JSON, replay). It does not classify, log, count or look at
+//! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
-use crate::discovery::{url, InterfaceRef, Interfaces};
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use crate::discovery::url::{self, Origin};
+use crate::discovery::{InterfaceRef, Interfaces};
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
+
+/// An attribute value as extraction reads it, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Val<'a> {
+    /// A string.
+    Str(&'a str),
+    /// A string as it stands on the wire, not yet checked as UTF-8 (it is when used).
+    Raw(&'a [u8]),
+    /// An integer.
+    Int(i64),
+    /// A double.
+    Double(f64),
+    /// A boolean.
+    Bool(bool),
+    /// Anything else (arrays, maps, bytes, nothing).
+    Other,
+}
+
+impl<'a> Val<'a> {
+    /// The value as a string, when it is one (and valid UTF-8).
+    pub fn as_str(self) -> Option<&'a str> {
+        match self {
+            Val::Str(s) => Some(s),
+            Val::Raw(b) => std::str::from_utf8(b).ok(),
+            _ => None,
+        }
+    }
+
+    fn of(v: Option<&'a opentelemetry_proto::tonic::common::v1::AnyValue>) -> Val<'a> {
+        match v.and_then(|v| v.value.as_ref()) {
+            Some(Value::StringValue(s)) => Val::Str(s),
+            Some(Value::IntValue(i)) => Val::Int(*i),
+            Some(Value::DoubleValue(d)) => Val::Double(*d),
+            Some(Value::BoolValue(b)) => Val::Bool(*b),
+            _ => Val::Other,
+        }
+    }
+}
+
+/// A span as extraction reads it, wherever it comes from. Callbacks rather than
+/// iterators keep it object-safe and free of allocation.
+pub trait SpanView<'a> {
+    /// The span kind (3 is CLIENT).
+    fn kind(&self) -> i32;
+    /// The span name.
+    fn name(&self) -> &'a str;
+    /// Start, Unix nanoseconds.
+    fn start(&self) -> u64;
+    /// End, Unix nanoseconds.
+    fn end(&self) -> u64;
+    /// The trace id.
+    fn trace_id(&self) -> &'a [u8];
+    /// The span id.
+    fn span_id(&self) -> &'a [u8];
+    /// Whether the span's status is ERROR.
+    fn status_error(&self) -> bool;
+    /// Calls `f` with every attribute: its key as bytes, and its value.
+    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>));
+    /// Calls `f` with the `exception.type` of every `exception` event until it returns true.
+    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool);
+}
+
+impl<'a> SpanView<'a> for &'a Span {
+    fn kind(&self) -> i32 {
+        self.kind
+    }
+    fn name(&self) -> &'a str {
+        &self.name
+    }
+    fn start(&self) -> u64 {
+        self.start_time_unix_nano
+    }
+    fn end(&self) -> u64 {
+        self.end_time_unix_nano
+    }
+    fn trace_id(&self) -> &'a [u8] {
+        &self.trace_id
+    }
+    fn span_id(&self) -> &'a [u8] {
+        &self.span_id
+    }
+    fn status_error(&self) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|st| st.code == StatusCode::Error as i32)
+    }
+    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
+        for kv in &self.attributes {
+            f(kv.key.as_bytes(), Val::of(kv.value.as_ref()));
+        }
+    }
+    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
+        for event in self.events.iter().filter(|e| e.name == "exception") {
+            for kv in event
+                .attributes
+                .iter()
+                .filter(|kv| kv.key == "exception.type")
+            {
+                if let Val::Str(t) = Val::of(kv.value.as_ref()) {
+                    if f(t) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// The protocol family of an attempt, which decides how its codes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,14 +201,14 @@ pub struct Signal<'a> {
 }
 
 /// One client span read as one attempt of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Attempt<'a> {
     /// Who sent it.
     pub client: Client<'a>,
     /// Its protocol family.
     pub family: Family,
     /// `scheme://host[:port]` of the server, when the span names one.
-    pub origin: Option<String>,
+    pub origin: Option<Origin>,
     /// The URL's path, when the span has one.
     pub path: Option<&'a str>,
     /// The HTTP method, when the span has one.
@@ -145,9 +255,9 @@ struct Slots<'a> {
     http_target: Option<&'a str>,
     status: Option<i64>,
     status_legacy: Option<i64>,
-    jsonrpc_error_code: Option<&'a AnyValue>,
-    rpc_response_status: Option<&'a AnyValue>,
-    rpc_status: Option<&'a AnyValue>,
+    jsonrpc_error_code: Option<Val<'a>>,
+    rpc_response_status: Option<Val<'a>>,
+    rpc_status: Option<Val<'a>>,
     grpc_status: Option<i64>,
     error_type: Option<&'a str>,
     resend: Option<i64>,
@@ -156,62 +266,60 @@ struct Slots<'a> {
     resource_uri: Option<&'a str>,
 }
 
-fn as_str(v: &AnyValue) -> Option<&str> {
-    match &v.value {
-        Some(Value::StringValue(s)) => Some(s),
-        _ => None,
-    }
+fn as_str(v: Val<'_>) -> Option<&str> {
+    v.as_str()
 }
 
 /// An integer, or a string holding one.
-fn as_int(v: &AnyValue) -> Option<i64> {
-    match &v.value {
-        Some(Value::IntValue(i)) => Some(*i),
-        Some(Value::StringValue(s)) => s.trim().parse().ok(),
-        Some(Value::DoubleValue(d)) if d.fract() == 0.0 => Some(*d as i64),
+fn as_int(v: Val<'_>) -> Option<i64> {
+    match v {
+        Val::Int(i) => Some(i),
+        Val::Str(_) | Val::Raw(_) => v.as_str()?.trim().parse().ok(),
+        Val::Double(d) if d.fract() == 0.0 => Some(d as i64),
         _ => None,
     }
 }
 
 impl<'a> Slots<'a> {
-    fn fill(&mut self, attributes: &'a [KeyValue]) {
-        for kv in attributes {
-            let Some(v) = kv.value.as_ref() else { continue };
-            match kv.key.as_str() {
-                "mcp.method.name" => self.mcp_method = as_str(v),
-                "a2a.method.name" => self.a2a_method = as_str(v),
-                "rpc.system" | "rpc.system.name" => self.rpc_system = self.rpc_system.or(as_str(v)),
-                "rpc.method" => self.rpc_method = as_str(v),
-                "rpc.service" => self.rpc_service = as_str(v),
-                "http.request.method" => self.http_method = as_str(v),
-                "http.method" => self.http_method_legacy = as_str(v),
-                "url.full" => self.url_full = as_str(v),
-                "http.url" => self.http_url = as_str(v),
-                "url.scheme" => self.url_scheme = as_str(v),
-                "http.scheme" => self.http_scheme = as_str(v),
-                "server.address" => self.server_address = as_str(v),
-                "net.peer.name" => self.net_peer_name = as_str(v),
-                "server.port" => self.server_port = as_int(v),
-                "net.peer.port" => self.net_peer_port = as_int(v),
-                "url.path" => self.url_path = as_str(v),
-                "http.target" => self.http_target = as_str(v),
-                "http.response.status_code" => self.status = as_int(v),
-                "http.status_code" => self.status_legacy = as_int(v),
-                "rpc.jsonrpc.error_code" => self.jsonrpc_error_code = Some(v),
-                "rpc.response.status_code" => self.rpc_response_status = Some(v),
-                "rpc.status_code" => self.rpc_status = Some(v),
-                "rpc.grpc.status_code" => self.grpc_status = as_int(v),
-                // An empty error.type says nothing: some SDKs set it on every span.
-                "error.type" => self.error_type = as_str(v).filter(|t| !t.is_empty()),
-                "http.request.resend_count" | "http.resend_count" | "http.retry_count" => {
-                    self.resend = self.resend.max(as_int(v))
-                }
-                "gen_ai.tool.name" => self.tool = as_str(v),
-                "gen_ai.prompt.name" => self.prompt = as_str(v),
-                "mcp.resource.uri" => self.resource_uri = as_str(v),
-                "refusal_gate.class" => self.tagged = true,
-                _ => {}
+    fn fill(&mut self, span: &dyn SpanView<'a>) {
+        span.attributes(&mut |key, v| self.read(key, v));
+    }
+
+    fn read(&mut self, key: &'a [u8], v: Val<'a>) {
+        match key {
+            b"mcp.method.name" => self.mcp_method = as_str(v),
+            b"a2a.method.name" => self.a2a_method = as_str(v),
+            b"rpc.system" | b"rpc.system.name" => self.rpc_system = self.rpc_system.or(as_str(v)),
+            b"rpc.method" => self.rpc_method = as_str(v),
+            b"rpc.service" => self.rpc_service = as_str(v),
+            b"http.request.method" => self.http_method = as_str(v),
+            b"http.method" => self.http_method_legacy = as_str(v),
+            b"url.full" => self.url_full = as_str(v),
+            b"http.url" => self.http_url = as_str(v),
+            b"url.scheme" => self.url_scheme = as_str(v),
+            b"http.scheme" => self.http_scheme = as_str(v),
+            b"server.address" => self.server_address = as_str(v),
+            b"net.peer.name" => self.net_peer_name = as_str(v),
+            b"server.port" => self.server_port = as_int(v),
+            b"net.peer.port" => self.net_peer_port = as_int(v),
+            b"url.path" => self.url_path = as_str(v),
+            b"http.target" => self.http_target = as_str(v),
+            b"http.response.status_code" => self.status = as_int(v),
+            b"http.status_code" => self.status_legacy = as_int(v),
+            b"rpc.jsonrpc.error_code" => self.jsonrpc_error_code = Some(v),
+            b"rpc.response.status_code" => self.rpc_response_status = Some(v),
+            b"rpc.status_code" => self.rpc_status = Some(v),
+            b"rpc.grpc.status_code" => self.grpc_status = as_int(v),
+            // An empty error.type says nothing: some SDKs set it on every span.
+            b"error.type" => self.error_type = as_str(v).filter(|t| !t.is_empty()),
+            b"http.request.resend_count" | b"http.resend_count" | b"http.retry_count" => {
+                self.resend = self.resend.max(as_int(v))
             }
+            b"gen_ai.tool.name" => self.tool = as_str(v),
+            b"gen_ai.prompt.name" => self.prompt = as_str(v),
+            b"mcp.resource.uri" => self.resource_uri = as_str(v),
+            b"refusal_gate.class" => self.tagged = true,
+            _ => {}
         }
     }
 
@@ -254,7 +362,7 @@ pub const GRPC_CODE_NAMES: [&str; 17] = [
 ];
 
 /// A gRPC code given as a number or a name (`UNIMPLEMENTED`, `unimplemented`).
-fn grpc_code(v: &AnyValue) -> Option<i32> {
+fn grpc_code(v: Val<'_>) -> Option<i32> {
     if let Some(n) = as_int(v) {
         return i32::try_from(n).ok();
     }
@@ -282,33 +390,45 @@ fn target_in_name<'a>(name: &'a str, method: &str) -> Option<&'a str> {
     words.next()
 }
 
-/// Reads one span as an attempt.
-///
-/// # Errors
-/// A [`Skip`] when the span is not a CLIENT span or belongs to no known protocol family.
-pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'a>, Skip> {
-    if span.kind != SpanKind::Client as i32 {
-        return Err(Skip::NotClient);
-    }
-    let mut s = Slots::default();
-    s.fill(&span.attributes);
-    let family = s.family().ok_or(Skip::NoProtocol)?;
-
+/// The client a resource names: `service.name` (else `unknown_service`) and
+/// `service.instance.id`. Read once per resource, not per span.
+pub fn client<'a>(attributes: impl FnOnce(&mut dyn FnMut(&'a [u8], Val<'a>))) -> Client<'a> {
     let mut client = Client {
         name: "unknown_service",
         instance: None,
     };
-    for kv in resource {
-        match kv.key.as_str() {
-            "service.name" => {
-                if let Some(name) = kv.value.as_ref().and_then(as_str).filter(|n| !n.is_empty()) {
-                    client.name = name;
-                }
+    attributes(&mut |key, v| match key {
+        b"service.name" => {
+            if let Some(name) = as_str(v).filter(|n| !n.is_empty()) {
+                client.name = name;
             }
-            "service.instance.id" => client.instance = kv.value.as_ref().and_then(as_str),
-            _ => {}
         }
+        b"service.instance.id" => client.instance = as_str(v),
+        _ => {}
+    });
+    client
+}
+
+/// The client of a resource given as prost attributes.
+pub fn client_of(resource: &[KeyValue]) -> Client<'_> {
+    client(|f| {
+        for kv in resource {
+            f(kv.key.as_bytes(), Val::of(kv.value.as_ref()));
+        }
+    })
+}
+
+/// Reads one span of `client` as an attempt.
+///
+/// # Errors
+/// A [`Skip`] when the span is not a CLIENT span or belongs to no known protocol family.
+pub fn extract<'a>(client: Client<'a>, span: &dyn SpanView<'a>) -> Result<Attempt<'a>, Skip> {
+    if span.kind() != SpanKind::Client as i32 {
+        return Err(Skip::NotClient);
     }
+    let mut s = Slots::default();
+    s.fill(span);
+    let family = s.family().ok_or(Skip::NoProtocol)?;
 
     let (origin, path) = locate(&s);
     let http_method = s.http_method.or(s.http_method_legacy);
@@ -342,14 +462,13 @@ pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'
 
     let mut timeout = s.error_type.filter(|t| says_timeout(t));
     if timeout.is_none() {
-        timeout = span
-            .events
-            .iter()
-            .filter(|e| e.name == "exception")
-            .flat_map(|e| e.attributes.iter())
-            .filter(|kv| kv.key == "exception.type")
-            .filter_map(|kv| kv.value.as_ref().and_then(as_str))
-            .find(|t| says_timeout(t));
+        span.exception_types(&mut |t| {
+            let found = says_timeout(t);
+            if found {
+                timeout = Some(t);
+            }
+            found
+        });
     }
 
     let operation = match family {
@@ -365,7 +484,7 @@ pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'
                 grpc: true,
             },
             None => Operation {
-                verb: s.rpc_method.unwrap_or(&span.name),
+                verb: s.rpc_method.unwrap_or(span.name()),
                 target: "",
                 grpc: true,
             },
@@ -375,12 +494,12 @@ pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'
                 .mcp_method
                 .or(s.a2a_method)
                 .or(s.rpc_method)
-                .unwrap_or(&span.name);
+                .unwrap_or(span.name());
             let target = s
                 .tool
                 .or(s.prompt)
                 .or(s.resource_uri)
-                .or_else(|| target_in_name(&span.name, method))
+                .or_else(|| target_in_name(span.name(), method))
                 .unwrap_or("");
             Operation {
                 verb: method,
@@ -403,24 +522,21 @@ pub fn extract<'a>(resource: &'a [KeyValue], span: &'a Span) -> Result<Attempt<'
             grpc_code,
             timeout,
             error_type: s.error_type,
-            status_error: span
-                .status
-                .as_ref()
-                .is_some_and(|st| st.code == StatusCode::Error as i32),
+            status_error: span.status_error(),
         },
         resend: s.resend.is_some_and(|n| n > 0),
         tagged: s.tagged,
-        start: span.start_time_unix_nano,
-        end: span.end_time_unix_nano.max(span.start_time_unix_nano),
-        trace_id: &span.trace_id,
-        span_id: &span.span_id,
+        start: span.start(),
+        end: span.end().max(span.start()),
+        trace_id: span.trace_id(),
+        span_id: span.span_id(),
     })
 }
 
 /// Origin and path from `url.full`/`http.url`, else from scheme, server, port and path.
-fn locate<'a>(s: &Slots<'a>) -> (Option<String>, Option<&'a str>) {
-    if let Some(Ok(parts)) = s.url_full.or(s.http_url).map(url::split_url) {
-        return (Some(parts.origin), Some(parts.path));
+fn locate<'a>(s: &Slots<'a>) -> (Option<Origin>, Option<&'a str>) {
+    if let Some(Ok((scheme, host, port, path))) = s.url_full.or(s.http_url).map(url::parts) {
+        return (Origin::new(scheme, host, port), Some(path));
     }
     let path = s.url_path.or(s.http_target).map(url::path_of);
     let Some(host) = s
@@ -440,7 +556,7 @@ fn locate<'a>(s: &Slots<'a>) -> (Option<String>, Option<&'a str>) {
         .url_scheme
         .or(s.http_scheme)
         .unwrap_or(if port == Some(443) { "https" } else { "http" });
-    (Some(url::origin(scheme, host, port)), path)
+    (Origin::new(scheme, host, port), path)
 }
 
 /// MCP and A2A methods that read an interface's contract.
@@ -491,6 +607,7 @@ pub fn reads_discovery(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::common::v1::AnyValue;
     use opentelemetry_proto::tonic::trace::v1::span::Event;
     use opentelemetry_proto::tonic::trace::v1::Status;
 
@@ -554,13 +671,16 @@ pub(crate) mod tests {
         ];
         for (attrs, family) in cases {
             let sp = span("x", attrs);
-            assert_eq!(extract(&r, &sp).expect("attempt").family, family);
+            assert_eq!(
+                extract(client_of(&r), &&sp).expect("attempt").family,
+                family
+            );
         }
         let none = span("x", vec![s("db.system", "postgresql")]);
-        assert_eq!(extract(&r, &none), Err(Skip::NoProtocol));
+        assert_eq!(extract(client_of(&r), &&none), Err(Skip::NoProtocol));
         let mut server = span("x", vec![s("http.request.method", "GET")]);
         server.kind = SpanKind::Server as i32;
-        assert_eq!(extract(&r, &server), Err(Skip::NotClient));
+        assert_eq!(extract(client_of(&r), &&server), Err(Skip::NotClient));
     }
 
     #[test]
@@ -612,8 +732,8 @@ pub(crate) mod tests {
         for (mut attrs, origin, path) in cases {
             attrs.push(s("http.request.method", "GET"));
             let sp = span("x", attrs);
-            let a = extract(&r, &sp).expect("attempt");
-            assert_eq!(a.origin.as_deref(), origin);
+            let a = extract(client_of(&r), &&sp).expect("attempt");
+            assert_eq!(a.origin.as_ref().map(Origin::as_str), origin);
             assert_eq!(a.path, path);
         }
     }
@@ -719,7 +839,11 @@ pub(crate) mod tests {
         ];
         for (attrs, want) in cases {
             let sp = span("x", attrs.clone());
-            assert_eq!(extract(&r, &sp).expect("attempt").signal, want, "{attrs:?}");
+            assert_eq!(
+                extract(client_of(&r), &&sp).expect("attempt").signal,
+                want,
+                "{attrs:?}"
+            );
         }
     }
 
@@ -736,7 +860,7 @@ pub(crate) mod tests {
             code: StatusCode::Error as i32,
             message: String::new(),
         });
-        let a = extract(&r, &sp).expect("attempt");
+        let a = extract(client_of(&r), &&sp).expect("attempt");
         assert_eq!(a.signal.timeout, Some("httpx.ReadTimeout"));
         assert!(a.signal.status_error);
     }
@@ -817,7 +941,10 @@ pub(crate) mod tests {
         ];
         for (sp, want) in cases {
             assert_eq!(
-                extract(&r, &sp).expect("attempt").operation.to_string(),
+                extract(client_of(&r), &&sp)
+                    .expect("attempt")
+                    .operation
+                    .to_string(),
                 want
             );
         }
@@ -825,7 +952,7 @@ pub(crate) mod tests {
             "x",
             vec![s("http.method", "GET"), i("http.request.resend_count", 2)],
         );
-        let a = extract(&r, &sp).expect("attempt");
+        let a = extract(client_of(&r), &&sp).expect("attempt");
         assert!(a.resend);
         assert_eq!(
             a.client,
@@ -834,7 +961,7 @@ pub(crate) mod tests {
                 instance: Some("i-1")
             }
         );
-        let a = extract(&[], &sp).expect("attempt");
+        let a = extract(client_of(&[]), &&sp).expect("attempt");
         assert_eq!(a.client.name, "unknown_service");
     }
 }

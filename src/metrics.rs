@@ -10,11 +10,11 @@ use crate::classify::Kind;
 use crate::config::MetricsConfig;
 use crate::receiver::Transport;
 use crate::tracker::{Event, Violation};
+use foldhash::{HashMap, HashSet};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 /// The label value that stands for every value past a cap.
@@ -50,13 +50,16 @@ pub struct Metrics {
     discovery_reads: IntCounterVec,
     honored: IntCounterVec,
     accepted_spans: [IntCounter; 2],
+    /// Cached handles: `not_client`, `no_protocol`, `duplicate`.
+    skipped_by: [IntCounter; 3],
+    /// Cached handles, by transport.
+    batch_duration_by: [prometheus::Histogram; 2],
     refused_spans: IntCounterVec,
     refused_requests: IntCounterVec,
     skipped: IntCounterVec,
     tracker_keys: IntGauge,
     evictions: IntCounterVec,
     label_overflow: IntCounterVec,
-    batch_duration: HistogramVec,
     document_loads: IntCounterVec,
     alerts: IntCounterVec,
     alert_deliveries: IntCounterVec,
@@ -209,9 +212,8 @@ impl Metrics {
         for reason in ["ttl", "capacity"] {
             evictions.with_label_values(&[reason]);
         }
-        for reason in ["not_client", "no_protocol", "duplicate"] {
-            skipped.with_label_values(&[reason]);
-        }
+        let skipped_by =
+            ["not_client", "no_protocol", "duplicate"].map(|r| skipped.with_label_values(&[r]));
         for transport in [Transport::Grpc, Transport::Http] {
             refused_spans.with_label_values(&[transport.as_str(), "malformed_span"]);
         }
@@ -219,8 +221,12 @@ impl Metrics {
             accepted.with_label_values(&[Transport::Grpc.as_str()]),
             accepted.with_label_values(&[Transport::Http.as_str()]),
         ];
+        let batch_duration_by = [Transport::Grpc, Transport::Http]
+            .map(|t| batch_duration.with_label_values(&[t.as_str()]));
         Metrics {
             registry: r,
+            skipped_by,
+            batch_duration_by,
             config: config.clone(),
             names: Mutex::new(Names::default()),
             pairs: RwLock::new(Vec::new()),
@@ -235,7 +241,6 @@ impl Metrics {
             tracker_keys,
             evictions,
             label_overflow,
-            batch_duration,
             document_loads,
             alerts,
             alert_deliveries,
@@ -393,7 +398,12 @@ impl Metrics {
 
     /// Counts spans that are not attempts.
     pub fn spans_skipped_by(&self, reason: &str, n: u64) {
-        self.skipped.with_label_values(&[reason]).inc_by(n);
+        match reason {
+            "not_client" => self.skipped_by[0].inc_by(n),
+            "no_protocol" => self.skipped_by[1].inc_by(n),
+            "duplicate" => self.skipped_by[2].inc_by(n),
+            other => self.skipped.with_label_values(&[other]).inc_by(n),
+        }
     }
 
     /// Sets the tracker's key gauge.
@@ -432,9 +442,7 @@ impl Metrics {
 
     /// Observes the time one request took.
     pub fn batch_duration(&self, transport: Transport, seconds: f64) {
-        self.batch_duration
-            .with_label_values(&[transport.as_str()])
-            .observe(seconds);
+        self.batch_duration_by[transport as usize].observe(seconds);
     }
 
     /// Every metric family, as the text exposition would show it (for reports).

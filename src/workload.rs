@@ -1,5 +1,5 @@
 //! A realistic agent workload, for benchmarks, the load generator and generated
-//! recordings: requests of client spans mixing HTTP, MCP and gRPC attempts with 8–10
+//! recordings: requests of client spans mixing HTTP, MCP, gRPC and A2A attempts with 10
 //! attributes each (about 400 bytes a span encoded), a fifth of them failing.
 //!
 //! Core: pure builders; deterministic for the same arguments.
@@ -28,10 +28,18 @@ fn i(key: &str, v: i64) -> KeyValue {
     kv(key, Value::IntValue(v))
 }
 
-/// The `n`-th span of request `request`: HTTP, MCP and gRPC in turn, every fifth failing.
+/// The `n`-th span of request `request`: HTTP, MCP, gRPC and A2A in turn, 10 attributes
+/// each, every fifth failing (503, JSON-RPC -32602, UNAVAILABLE, A2A TaskNotFound).
 pub fn span(n: usize, request: usize, spans_per_request: usize) -> Span {
     let fail = n % 5 == 0;
-    let mut attributes = match n % 3 {
+    let tail = |code: KeyValue| {
+        if fail {
+            [code, s("error.type", "failed")]
+        } else {
+            [s("thread.name", "worker-1"), i("thread.id", 7)]
+        }
+    };
+    let mut attributes = match n % 4 {
         0 => vec![
             s("http.request.method", "POST"),
             s(
@@ -55,7 +63,7 @@ pub fn span(n: usize, request: usize, spans_per_request: usize) -> Span {
             s("jsonrpc.request.id", &n.to_string()),
             s("mcp.session.id", "5f1c3c7e"),
         ],
-        _ => vec![
+        2 => vec![
             s("rpc.system", "grpc"),
             s("rpc.service", "inventory.v1.Stock"),
             s("rpc.method", &format!("Get{}", n % 5)),
@@ -65,17 +73,29 @@ pub fn span(n: usize, request: usize, spans_per_request: usize) -> Span {
             s("network.peer.address", "10.0.0.7"),
             s("network.type", "ipv4"),
         ],
+        _ => vec![
+            s(
+                "a2a.method.name",
+                if n % 3 == 0 { "GetTask" } else { "SendMessage" },
+            ),
+            s("url.full", "http://agent.example/a2a/v1"),
+            s("http.request.method", "POST"),
+            s("server.address", "agent.example"),
+            i("server.port", 80),
+            s("network.transport", "tcp"),
+            s("a2a.context.id", "ctx-42"),
+            s("a2a.task.id", &format!("task-{}", n % 17)),
+        ],
     };
-    if fail {
-        match n % 3 {
-            0 => attributes.push(s("error.type", "503")),
-            1 => {
-                attributes.push(s("rpc.response.status_code", "-32602"));
-                attributes.push(s("error.type", "-32602"));
-            }
-            _ => attributes.push(s("error.type", "UNAVAILABLE")),
-        }
-    }
+    let code = match n % 4 {
+        0 => s("http.response.body.size", "0"),
+        2 => s("rpc.grpc.status_text", "UNAVAILABLE"),
+        _ => s(
+            "rpc.response.status_code",
+            if n % 4 == 1 { "-32602" } else { "-32001" },
+        ),
+    };
+    attributes.extend(tail(code));
     let seq = (request * spans_per_request + n) as u64;
     let start = T0 + seq * 1_000_000;
     Span {

@@ -17,6 +17,19 @@ pub struct UrlParts<'a> {
 /// # Errors
 /// A message saying what is missing when the text is not `scheme://host...`.
 pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
+    let (scheme, host, port, path) = parts(url)?;
+    Ok(UrlParts {
+        origin: origin(scheme, host, port),
+        path,
+    })
+}
+
+/// The pieces of an absolute URL, borrowed: scheme, host, port and path (query and
+/// fragment removed). What extraction uses per span: it allocates nothing.
+///
+/// # Errors
+/// As [`split_url`].
+pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), String> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| format!("`{url}` is not an absolute URL such as http://host:8080/path"))?;
@@ -41,11 +54,7 @@ pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
                 .map_err(|_| format!("`{url}` has an invalid port `{p}`"))?,
         ),
     };
-    let after = &rest[authority_end..];
-    Ok(UrlParts {
-        origin: origin(scheme, host, port),
-        path: path_of(after),
-    })
+    Ok((scheme, host, port, path_of(&rest[authority_end..])))
 }
 
 /// The path part of a path-and-query: query and fragment removed, `/` when empty.
@@ -59,33 +68,97 @@ pub fn path_of(target: &str) -> &str {
     }
 }
 
+/// A normalised origin in a fixed buffer: built per span without touching the heap.
+#[derive(Clone, Copy)]
+pub struct Origin {
+    buf: [u8; Origin::MAX],
+    len: u16,
+}
+
+impl Origin {
+    /// The longest origin kept; a span naming a longer one is taken as naming no server.
+    pub const MAX: usize = 192;
+
+    /// Builds a normalised origin: scheme and host lower-cased, the scheme's default port
+    /// dropped. `None` when it would not fit.
+    pub fn new(scheme: &str, host: &str, port: Option<u16>) -> Option<Origin> {
+        let default_port =
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("ws") {
+                Some(80)
+            } else if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") {
+                Some(443)
+            } else {
+                None
+            };
+        let port = port.filter(|p| Some(*p) != default_port);
+        let mut o = Origin {
+            buf: [0; Origin::MAX],
+            len: 0,
+        };
+        o.push(scheme.as_bytes())?;
+        o.push(b"://")?;
+        o.push(host.as_bytes())?;
+        let end = usize::from(o.len);
+        o.buf[..end].make_ascii_lowercase();
+        if let Some(p) = port {
+            o.push(b":")?;
+            let mut digits = [0u8; 5];
+            let mut n = p;
+            let mut i = digits.len();
+            loop {
+                i -= 1;
+                digits[i] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            o.push(&digits[i..])?;
+        }
+        Some(o)
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> Option<()> {
+        let at = usize::from(self.len);
+        let end = at.checked_add(bytes.len()).filter(|e| *e <= Origin::MAX)?;
+        self.buf[at..end].copy_from_slice(bytes);
+        self.len = end as u16;
+        Some(())
+    }
+
+    /// The origin text.
+    pub fn as_str(&self) -> &str {
+        // Built from &str pieces and ASCII digits, lower-cased ASCII only: still UTF-8.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl std::fmt::Debug for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq for Origin {
+    fn eq(&self, other: &Origin) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Origin {}
+
 /// Builds a normalised origin: scheme and host lower-cased, the scheme's default port dropped.
 pub fn origin(scheme: &str, host: &str, port: Option<u16>) -> String {
-    let scheme_lower = scheme.bytes().all(|b| !b.is_ascii_uppercase());
-    let host_lower = host.bytes().all(|b| !b.is_ascii_uppercase());
-    let default_port = match scheme.to_ascii_lowercase().as_str() {
-        "http" | "ws" => Some(80),
-        "https" | "wss" => Some(443),
-        _ => None,
-    };
-    let port = port.filter(|p| Some(*p) != default_port);
-    let mut out = String::with_capacity(scheme.len() + host.len() + 9);
-    if scheme_lower {
-        out.push_str(scheme);
-    } else {
-        out.push_str(&scheme.to_ascii_lowercase());
+    match Origin::new(scheme, host, port) {
+        Some(o) => o.as_str().to_owned(),
+        None => {
+            let mut out = format!("{scheme}://{host}").to_ascii_lowercase();
+            if let Some(p) = port {
+                out.push_str(&format!(":{p}"));
+            }
+            out
+        }
     }
-    out.push_str("://");
-    if host_lower {
-        out.push_str(host);
-    } else {
-        out.push_str(&host.to_ascii_lowercase());
-    }
-    if let Some(p) = port {
-        out.push(':');
-        out.push_str(&p.to_string());
-    }
-    out
 }
 
 fn split_host_port(host_port: &str) -> (&str, Option<&str>) {
@@ -129,6 +202,22 @@ mod tests {
             assert_eq!(parts.origin, origin, "{url}");
             assert_eq!(parts.path, path, "{url}");
         }
+    }
+
+    #[test]
+    fn origins_are_built_in_place() {
+        let o = Origin::new("HTTP", "Api.Test", Some(8080)).expect("fits");
+        assert_eq!(o.as_str(), "http://api.test:8080");
+        assert_eq!(
+            Origin::new("https", "h", Some(443)).expect("fits").as_str(),
+            "https://h"
+        );
+        assert_eq!(
+            Origin::new("http", "h", Some(0)).expect("fits").as_str(),
+            "http://h:0"
+        );
+        assert!(Origin::new("http", &"x".repeat(400), None).is_none());
+        assert_eq!(origin("http", "H", Some(65535)), "http://h:65535");
     }
 
     #[test]

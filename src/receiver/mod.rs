@@ -8,12 +8,14 @@
 
 pub mod grpc;
 pub mod http;
+pub mod wire;
 
 use crate::alert::delivery::Alerter;
 use crate::alert::{Alert, AlertKey, Severity};
 use crate::classify;
 use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
+use crate::discovery::url::Origin;
 use crate::discovery::Interfaces;
 use crate::export::{Exporter, Reservation};
 use crate::extract::{self, Attempt};
@@ -24,7 +26,7 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
-use std::hash::{BuildHasher, Hash, RandomState};
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -240,6 +242,31 @@ fn walk(buf: &[u8]) -> Result<Vec<Field<'_>>, String> {
     Ok(out)
 }
 
+/// Checks a protobuf request's framing down to its spans (not inside them) and counts the
+/// spans: what must hold before anything of it is ingested.
+///
+/// # Errors
+/// [`IngestError::Malformed`] when the request, a resource or a scope is broken.
+pub fn frame_check(body: &[u8]) -> Result<usize, IngestError> {
+    let broken = |what: &str| IngestError::Malformed {
+        encoding: "protobuf",
+        detail: format!("broken framing in {what}"),
+    };
+    let mut spans = 0;
+    for resource_spans in wire::each(body, 1) {
+        let resource_spans = resource_spans.map_err(|_| broken("the request"))?;
+        wire::ResourceRef::of(resource_spans).map_err(|_| broken("a resource"))?;
+        for scope_spans in wire::each(resource_spans, 2) {
+            let scope_spans = scope_spans.map_err(|_| broken("resource spans"))?;
+            for span in wire::each(scope_spans, 2) {
+                span.map_err(|_| broken("scope spans"))?;
+                spans += 1;
+            }
+        }
+    }
+    Ok(spans)
+}
+
 /// The length-delimited fields numbered `wanted` of one protobuf message.
 fn fields(buf: &[u8], wanted: u32) -> Result<Vec<&[u8]>, String> {
     Ok(walk(buf)?
@@ -282,16 +309,16 @@ fn rewrite(
 }
 
 /// Rewrites a protobuf request for forwarding: each span gets `tags[i]` (encoded
-/// `Span.attributes` fields) appended, in the order [`decode`] returned them; spans that did
-/// not decode are left out (they were rejected). Nothing else changes, byte for byte.
+/// `Span.attributes` fields) appended, in request order; the spans at `malformed_at` (they
+/// could not be read, and were rejected) are left out. Nothing else changes, byte for byte.
 ///
 /// # Errors
 /// When the request's framing is broken (it decoded, so it is not).
-pub fn tag(body: &[u8], batch: &Batch, tags: &[Option<Vec<u8>>]) -> Result<Vec<u8>, String> {
+pub fn tag(body: &[u8], malformed_at: &[u32], tags: &[Option<Vec<u8>>]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(body.len() + tags.len() * 160);
     let mut seen = 0u32;
     let mut decoded = 0usize;
-    let mut malformed = batch.malformed_at.iter().copied().peekable();
+    let mut malformed = malformed_at.iter().copied().peekable();
     rewrite(body, 1, &mut out, &mut |resource_spans, out| {
         rewrite(resource_spans, 2, out, &mut |scope_spans, out| {
             rewrite(scope_spans, 2, out, &mut |span, out| {
@@ -432,7 +459,8 @@ pub struct Pipeline {
     metrics: Metrics,
     alerter: Arc<Alerter>,
     exporter: Option<Arc<Exporter>>,
-    hasher: RandomState,
+    /// foldhash: a fast keyed hash, seeded per process so ids cannot be aimed at.
+    hasher: foldhash::fast::RandomState,
 }
 
 /// Unix nanoseconds now: the tracker's clock when serving.
@@ -506,7 +534,7 @@ impl Pipeline {
             metrics,
             alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
             exporter: None,
-            hasher: RandomState::new(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 
@@ -562,8 +590,17 @@ impl Pipeline {
         encoding: Encoding,
     ) -> Result<Summary, IngestError> {
         let Some(exporter) = &self.exporter else {
-            let batch = decode(body, encoding)?;
-            return Ok(self.ingest(transport, &batch, wall_clock()));
+            return match encoding {
+                // The hot path: spans are read in place, nothing is materialised.
+                Encoding::Protobuf => {
+                    frame_check(body)?;
+                    Ok(self.ingest_wire(transport, body, wall_clock(), None).0)
+                }
+                Encoding::Json => {
+                    let batch = decode(body, encoding)?;
+                    Ok(self.ingest(transport, &batch, wall_clock()))
+                }
+            };
         };
         // Forwarding re-frames protobuf; JSON is converted first.
         let converted;
@@ -575,8 +612,7 @@ impl Pipeline {
                 (&converted[..], rejected)
             }
         };
-        let batch = decode_protobuf(body)?;
-        let spans = usize::try_from(batch.span_count() - batch.malformed).unwrap_or(usize::MAX);
+        let spans = frame_check(body)?;
         let reservation = exporter.reserve(spans);
         if reservation == Reservation::Refused {
             return Err(IngestError::Overloaded {
@@ -585,19 +621,72 @@ impl Pipeline {
             });
         }
         let mut tags = Vec::with_capacity(spans);
-        let mut summary = self.ingest_tagged(transport, &batch, wall_clock(), Some(&mut tags));
+        let (mut summary, malformed_at) =
+            self.ingest_wire(transport, body, wall_clock(), Some(&mut tags));
         summary.rejected += pre_rejected;
         if reservation == Reservation::Granted {
-            match tag(body, &batch, &tags) {
-                Ok(tagged) => exporter.push(tagged, spans),
+            let forwarded = spans - malformed_at.len();
+            exporter.release(malformed_at.len());
+            match tag(body, &malformed_at, &tags) {
+                Ok(tagged) => exporter.push(tagged, forwarded),
                 Err(e) => {
-                    // It decoded, so its framing is sound; kept for completeness.
-                    exporter.release(spans);
+                    // The framing was checked first, so this cannot happen; kept for safety.
+                    exporter.release(forwarded);
                     tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
                 }
             }
         }
         Ok(summary)
+    }
+
+    /// Runs a protobuf request through extract → classify → track reading every span in
+    /// place (its framing was checked by [`frame_check`]). With `tags`, pushes each decoded
+    /// span's `refusal_gate.*` attributes as [`Pipeline::ingest_tagged`] does. Returns the
+    /// summary and where the spans that could not be read stood (for [`tag`]).
+    pub fn ingest_wire(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        now: Nanos,
+        mut tags: Option<&mut Vec<Option<Vec<u8>>>>,
+    ) -> (Summary, Vec<u32>) {
+        let mut summary = Summary::default();
+        let mut malformed_at = Vec::new();
+        let mut events = Vec::new();
+        let interfaces = self.catalog.current();
+        let mut seen = 0u32;
+        for resource_spans in wire::each(body, 1).map_while(Result::ok) {
+            let client = match wire::ResourceRef::of(resource_spans) {
+                Ok(resource) => extract::client(|f| resource.attributes(f)),
+                Err(_) => extract::client(|_| {}),
+            };
+            for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+                for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
+                    let at = seen;
+                    seen = seen.saturating_add(1);
+                    let Ok(span) = wire::SpanRef::parse(bytes) else {
+                        malformed_at.push(at);
+                        summary.rejected += 1;
+                        continue;
+                    };
+                    summary.accepted += 1;
+                    let tag = self.observe_span(
+                        &interfaces,
+                        client,
+                        &span,
+                        now,
+                        &mut events,
+                        tags.is_some(),
+                        &mut summary,
+                    );
+                    if let Some(tags) = tags.as_deref_mut() {
+                        tags.push(tag);
+                    }
+                }
+            }
+        }
+        self.finish_request(transport, &summary, &events);
+        (summary, malformed_at)
     }
 
     /// The alerter.
@@ -680,32 +769,60 @@ impl Pipeline {
         let mut events = Vec::new();
         let interfaces = self.catalog.current();
         for (resource, spans) in &batch.resources {
+            let client = extract::client_of(resource);
             for span in spans {
                 summary.accepted += 1;
-                let tag = match extract::extract(resource, span) {
-                    Ok(attempt) => {
-                        summary.attempts += 1;
-                        let tag =
-                            self.observe(&interfaces, &attempt, now, &mut events, tags.is_some());
-                        tag.filter(|_| !attempt.tagged)
-                    }
-                    Err(skip) => {
-                        self.metrics.span_skipped(skip.label());
-                        None
-                    }
-                };
+                let tag = self.observe_span(
+                    &interfaces,
+                    client,
+                    &span,
+                    now,
+                    &mut events,
+                    tags.is_some(),
+                    &mut summary,
+                );
                 if let Some(tags) = tags.as_deref_mut() {
                     tags.push(tag);
                 }
             }
         }
-        if batch.malformed > 0 {
-            self.metrics
-                .refused_spans(transport, "malformed_span", batch.malformed);
-        }
-        self.record(&events);
-        self.metrics.accepted(transport, summary.accepted);
+        self.finish_request(transport, &summary, &events);
         summary
+    }
+
+    /// Extracts one span and tracks it when it is an attempt; returns its tags when asked.
+    #[allow(clippy::too_many_arguments)]
+    fn observe_span<'a>(
+        &self,
+        interfaces: &Interfaces,
+        client: extract::Client<'a>,
+        span: &dyn extract::SpanView<'a>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+        want_tags: bool,
+        summary: &mut Summary,
+    ) -> Option<Vec<u8>> {
+        match extract::extract(client, span) {
+            Ok(attempt) => {
+                summary.attempts += 1;
+                let tag = self.observe(interfaces, &attempt, now, events, want_tags);
+                tag.filter(|_| !attempt.tagged)
+            }
+            Err(skip) => {
+                self.metrics.span_skipped(skip.label());
+                None
+            }
+        }
+    }
+
+    /// Records what one request amounted to.
+    fn finish_request(&self, transport: Transport, summary: &Summary, events: &[Event]) {
+        if summary.rejected > 0 {
+            self.metrics
+                .refused_spans(transport, "malformed_span", summary.rejected);
+        }
+        self.record(events);
+        self.metrics.accepted(transport, summary.accepted);
     }
 
     /// Tracks one attempt; when `want_tags`, returns its `refusal_gate.*` attributes encoded
@@ -718,7 +835,8 @@ impl Pipeline {
         events: &mut Vec<Event>,
         want_tags: bool,
     ) -> Option<Vec<u8>> {
-        let interface = interfaces.resolve(attempt.origin.as_deref(), attempt.path);
+        let interface =
+            interfaces.resolve(attempt.origin.as_ref().map(Origin::as_str), attempt.path);
         let interface_name = interfaces.name(interface);
         let declared = interfaces.declared(interface, attempt.path);
         let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);

@@ -11,7 +11,7 @@
 use super::{Event, Judgement, Nanos, Observation, Params, Violation};
 use crate::classify::{self, Class, Kind, Outcome};
 use crate::discovery::Declared;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 
 /// Discovery-read end times kept per group, beyond the first (which is always kept).
@@ -124,7 +124,7 @@ impl Group {
             first_read: None,
             reads: Vec::new(),
             refusals: Vec::new(),
-            keys: HashMap::new(),
+            keys: HashMap::default(),
             pending: 0,
             first_pending_at: 0,
             latest_pending_start: 0,

@@ -17,8 +17,8 @@ use crate::classify::Kind;
 use crate::classify::Outcome;
 use crate::config::TrackerConfig;
 use crate::discovery::Declared;
+use foldhash::HashMap;
 use group::Group;
-use std::collections::HashMap;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -379,7 +379,7 @@ fn evict_lru(shard: &mut Shard, now: Nanos, p: &Params, out: &mut Vec<Event>) ->
         ages.select_nth_unstable_by_key(batch - 1, |a| a.0);
         ages.truncate(batch);
     }
-    let mut doomed: HashMap<GroupId, Vec<u64>> = HashMap::new();
+    let mut doomed: HashMap<GroupId, Vec<u64>> = HashMap::default();
     for (_, g, op) in ages {
         doomed.entry(g).or_default().push(op);
     }

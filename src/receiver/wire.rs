@@ -1,0 +1,422 @@
+//! Reading OTLP spans straight from the protobuf bytes, without materialising them: a
+//! [`SpanRef`] borrows the request and reads only the fields extraction needs; attribute
+//! keys are compared as bytes and only the values extraction keeps are checked as UTF-8.
+//!
+//! Core: pure, no allocation. The framing of each span is checked when it is read; a span
+//! whose framing is broken is an error for that span alone. Fields refusal-gate does not read
+//! are skipped by wire type and never validated (they are forwarded as they came).
+
+use crate::extract::{SpanView, Val};
+
+/// Reads one base-128 varint. Hand-rolled: the hot path reads some fifty of them per span.
+#[inline]
+fn varint(buf: &mut &[u8]) -> Result<u64, Broken> {
+    let mut value = 0u64;
+    for (i, &byte) in buf.iter().take(10).enumerate() {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte < 0x80 {
+            *buf = &buf[i + 1..];
+            return Ok(value);
+        }
+    }
+    Err(Broken)
+}
+
+/// A framing error inside one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Broken;
+
+/// One field: its number and its value bytes (for fixed and varint fields, the raw value).
+#[derive(Debug, Clone, Copy)]
+enum Wire<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Fixed32,
+    Bytes(&'a [u8]),
+}
+
+/// Iterates the fields of one message; stops with `Err` at the first broken one.
+struct Fields<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<(u32, Wire<'a>), Broken>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let item = self.read();
+        if item.is_err() {
+            self.rest = &[];
+        }
+        Some(item)
+    }
+}
+
+impl<'a> Fields<'a> {
+    #[inline]
+    fn read(&mut self) -> Result<(u32, Wire<'a>), Broken> {
+        let key = varint(&mut self.rest)?;
+        let number = u32::try_from(key >> 3).map_err(|_| Broken)?;
+        let value = match key & 7 {
+            0 => Wire::Varint(varint(&mut self.rest)?),
+            1 => {
+                let (v, rest) = self.rest.split_first_chunk::<8>().ok_or(Broken)?;
+                self.rest = rest;
+                Wire::Fixed64(u64::from_le_bytes(*v))
+            }
+            2 => {
+                let len = usize::try_from(varint(&mut self.rest)?).map_err(|_| Broken)?;
+                if len > self.rest.len() {
+                    return Err(Broken);
+                }
+                let (v, rest) = self.rest.split_at(len);
+                self.rest = rest;
+                Wire::Bytes(v)
+            }
+            5 => {
+                let (_, rest) = self.rest.split_first_chunk::<4>().ok_or(Broken)?;
+                self.rest = rest;
+                Wire::Fixed32
+            }
+            // 3 and 4 are the deprecated groups; 6 and 7 do not exist.
+            _ => return Err(Broken),
+        };
+        if number == 0 {
+            return Err(Broken);
+        }
+        Ok((number, value))
+    }
+}
+
+fn fields(bytes: &[u8]) -> Fields<'_> {
+    Fields { rest: bytes }
+}
+
+/// The length-delimited fields numbered `wanted`, stopping at broken framing.
+pub fn each<'a>(
+    bytes: &'a [u8],
+    wanted: u32,
+) -> impl Iterator<Item = Result<&'a [u8], Broken>> + 'a {
+    fields(bytes).filter_map(move |f| match f {
+        Ok((n, Wire::Bytes(b))) if n == wanted => Some(Ok(b)),
+        Ok(_) => None,
+        Err(e) => Some(Err(e)),
+    })
+}
+
+/// A key and value of one `KeyValue` message; `None` when it is broken. The key stays
+/// bytes (the caller compares it with the keys it knows) and a string value is checked as
+/// UTF-8 only when it is used.
+#[inline]
+fn key_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
+    // The fast path: every SDK writes the key (field 1) and then the value (field 2).
+    if let Some(kv) = key_then_value(bytes) {
+        return Some(kv);
+    }
+    let mut key = None;
+    let mut value = Val::Other;
+    for f in fields(bytes) {
+        match f.ok()? {
+            (1, Wire::Bytes(k)) => key = Some(k),
+            (2, Wire::Bytes(v)) => value = any_value(v),
+            _ => {}
+        }
+    }
+    Some((key?, value))
+}
+
+/// `[0x0a len key][0x12 len value]`, exactly; `None` for any other layout.
+#[inline]
+fn key_then_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
+    let mut b = bytes;
+    let key = length_delimited(&mut b, 0x0a)?;
+    let value = length_delimited(&mut b, 0x12)?;
+    if !b.is_empty() {
+        return None;
+    }
+    let value = match value.split_first() {
+        Some((0x0a, mut rest)) => {
+            let s = length_delimited_body(&mut rest)?;
+            if rest.is_empty() {
+                Val::Raw(s)
+            } else {
+                any_value(value)
+            }
+        }
+        _ => any_value(value),
+    };
+    Some((key, value))
+}
+
+/// One length-delimited field with this exact key byte.
+#[inline]
+fn length_delimited<'a>(b: &mut &'a [u8], key: u8) -> Option<&'a [u8]> {
+    let (&first, rest) = b.split_first()?;
+    if first != key {
+        return None;
+    }
+    *b = rest;
+    length_delimited_body(b)
+}
+
+#[inline]
+fn length_delimited_body<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = usize::try_from(varint(b).ok()?).ok()?;
+    if len > b.len() {
+        return None;
+    }
+    let (v, rest) = b.split_at(len);
+    *b = rest;
+    Some(v)
+}
+
+#[inline]
+fn any_value(bytes: &[u8]) -> Val<'_> {
+    let mut out = Val::Other;
+    for f in fields(bytes) {
+        out = match f {
+            Ok((1, Wire::Bytes(s))) => Val::Raw(s),
+            Ok((2, Wire::Varint(b))) => Val::Bool(b != 0),
+            Ok((3, Wire::Varint(i))) => Val::Int(i as i64),
+            Ok((4, Wire::Fixed64(d))) => Val::Double(f64::from_bits(d)),
+            Ok(_) => out,
+            Err(_) => return Val::Other,
+        };
+    }
+    out
+}
+
+/// Calls `f` with each attribute (field `number`, `KeyValue`) of a message; broken ones are
+/// skipped.
+fn attributes<'a>(bytes: &'a [u8], number: u32, mut f: impl FnMut(&'a [u8], Val<'a>)) {
+    for kv in each(bytes, number).map_while(Result::ok) {
+        if let Some((k, v)) = key_value(kv) {
+            f(k, v);
+        }
+    }
+}
+
+/// A resource's attributes, read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceRef<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> ResourceRef<'a> {
+    /// The resource of a `ResourceSpans` message (empty when it has none).
+    pub fn of(resource_spans: &'a [u8]) -> Result<ResourceRef<'a>, Broken> {
+        let mut bytes: &[u8] = &[];
+        for r in each(resource_spans, 1) {
+            bytes = r?;
+        }
+        Ok(ResourceRef { bytes })
+    }
+
+    /// Calls `f` with each attribute.
+    pub fn attributes(&self, f: impl FnMut(&'a [u8], Val<'a>)) {
+        attributes(self.bytes, 1, f);
+    }
+}
+
+/// One span, read in place.
+#[derive(Debug, Clone, Copy)]
+pub struct SpanRef<'a> {
+    bytes: &'a [u8],
+    /// Where the attributes stand: walking them skips the rest of the span.
+    attributes: &'a [u8],
+    has_events: bool,
+    trace_id: &'a [u8],
+    span_id: &'a [u8],
+    name: &'a str,
+    kind: i32,
+    start: u64,
+    end: u64,
+    status_error: bool,
+}
+
+impl<'a> SpanRef<'a> {
+    /// Reads a `Span` message's scalar fields and checks its framing.
+    ///
+    /// # Errors
+    /// [`Broken`] when a field's framing is broken or the name is not UTF-8.
+    pub fn parse(bytes: &'a [u8]) -> Result<SpanRef<'a>, Broken> {
+        let mut span = SpanRef {
+            bytes,
+            attributes: &[],
+            has_events: false,
+            trace_id: &[],
+            span_id: &[],
+            name: "",
+            kind: 0,
+            start: 0,
+            end: 0,
+            status_error: false,
+        };
+        let (mut first, mut last) = (usize::MAX, 0);
+        let mut walk = fields(bytes);
+        loop {
+            let at = bytes.len() - walk.rest.len();
+            let Some(f) = walk.next() else { break };
+            match f? {
+                (9, _) => {
+                    first = first.min(at);
+                    last = bytes.len() - walk.rest.len();
+                }
+                (11, _) => span.has_events = true,
+                (1, Wire::Bytes(b)) => span.trace_id = b,
+                (2, Wire::Bytes(b)) => span.span_id = b,
+                (5, Wire::Bytes(b)) => span.name = std::str::from_utf8(b).map_err(|_| Broken)?,
+                (6, Wire::Varint(k)) => span.kind = k as i32,
+                (7, Wire::Fixed64(t)) => span.start = t,
+                (8, Wire::Fixed64(t)) => span.end = t,
+                (15, Wire::Bytes(status)) => {
+                    for f in fields(status) {
+                        if let (3, Wire::Varint(code)) = f? {
+                            span.status_error = code == 2;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        if first < last {
+            span.attributes = &bytes[first..last];
+        }
+        Ok(span)
+    }
+}
+
+impl<'a> SpanView<'a> for SpanRef<'a> {
+    fn kind(&self) -> i32 {
+        self.kind
+    }
+    fn name(&self) -> &'a str {
+        self.name
+    }
+    fn start(&self) -> u64 {
+        self.start
+    }
+    fn end(&self) -> u64 {
+        self.end
+    }
+    fn trace_id(&self) -> &'a [u8] {
+        self.trace_id
+    }
+    fn span_id(&self) -> &'a [u8] {
+        self.span_id
+    }
+    fn status_error(&self) -> bool {
+        self.status_error
+    }
+    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
+        attributes(self.attributes, 9, f);
+    }
+    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
+        if !self.has_events {
+            return;
+        }
+        for event in each(self.bytes, 11).map_while(Result::ok) {
+            let mut exception = false;
+            let mut found: Option<&'a str> = None;
+            for field in fields(event).map_while(Result::ok) {
+                match field {
+                    (2, Wire::Bytes(name)) => exception = name == b"exception",
+                    (3, Wire::Bytes(kv)) => {
+                        if let Some((b"exception.type", v)) = key_value(kv) {
+                            found = v.as_str();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let (true, Some(t)) = (exception, found) {
+                if f(t) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::tests::{i, s, span};
+    use opentelemetry_proto::tonic::trace::v1::span::Event;
+    use opentelemetry_proto::tonic::trace::v1::Status;
+    use prost::Message;
+
+    #[test]
+    fn a_span_reads_the_same_from_the_wire_as_from_prost() {
+        let mut owned = span(
+            "MCP send tools/call lookup",
+            vec![
+                s("mcp.method.name", "tools/call"),
+                i("server.port", -8080),
+                s("k", "v"),
+            ],
+        );
+        owned
+            .attributes
+            .push(opentelemetry_proto::tonic::common::v1::KeyValue {
+                key: "d".into(),
+                value: Some(opentelemetry_proto::tonic::common::v1::AnyValue {
+                    value: Some(
+                        opentelemetry_proto::tonic::common::v1::any_value::Value::DoubleValue(2.5),
+                    ),
+                }),
+                ..Default::default()
+            });
+        owned.events.push(Event {
+            name: "exception".into(),
+            attributes: vec![s("exception.type", "ReadTimeout")],
+            ..Default::default()
+        });
+        owned.status = Some(Status {
+            code: 2,
+            message: "x".into(),
+        });
+        let bytes = owned.encode_to_vec();
+        let wire = SpanRef::parse(&bytes).expect("valid");
+        assert_eq!(wire.kind(), owned.kind);
+        assert_eq!(wire.name(), owned.name);
+        assert_eq!(
+            (wire.start(), wire.end()),
+            (owned.start_time_unix_nano, owned.end_time_unix_nano)
+        );
+        assert_eq!(wire.trace_id(), &owned.trace_id[..]);
+        assert_eq!(wire.span_id(), &owned.span_id[..]);
+        assert!(wire.status_error());
+        let collect = |v: &dyn SpanView<'_>| {
+            let mut out = Vec::new();
+            v.attributes(&mut |k, val| {
+                out.push(format!(
+                    "{}={:?}",
+                    String::from_utf8_lossy(k),
+                    val.as_str().map_or(format!("{val:?}"), str::to_owned)
+                ))
+            });
+            v.exception_types(&mut |t| {
+                out.push(format!("exception {t}"));
+                false
+            });
+            out
+        };
+        assert_eq!(collect(&wire), collect(&&owned));
+        assert_eq!(collect(&wire).len(), 5);
+    }
+
+    #[test]
+    fn broken_framing_is_an_error() {
+        assert_eq!(SpanRef::parse(&[0x0a, 0x05, 0xff]).err(), Some(Broken));
+        assert_eq!(
+            SpanRef::parse(&[0x2a, 0x01, 0xff]).err(),
+            Some(Broken),
+            "a name that is not UTF-8"
+        );
+    }
+}
