@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -151,7 +152,10 @@ impl Server {
         );
         let grpc_stop = stopped(rx_stop.clone());
         let grpc_task = tokio::spawn(async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+            // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
+            // client's delayed ACK (40 ms a request).
+            let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener)
+                .with_nodelay(Some(true));
             let result = tonic::transport::Server::builder()
                 .add_service(trace_service)
                 .serve_with_incoming_shutdown(incoming, grpc_stop)
@@ -167,6 +171,9 @@ impl Server {
         );
         let http_stop = stopped(rx_stop);
         let http_task = tokio::spawn(async move {
+            let http_listener = http_listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let result = axum::serve(http_listener, http_router)
                 .with_graceful_shutdown(http_stop)
                 .await;

@@ -509,7 +509,13 @@ fn encode_tags(j: &Judgement, reason: classify::Reason<'_>, interface: &str) -> 
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {

@@ -77,6 +77,9 @@ pub(super) struct Key {
     pub(super) last_seen: Nanos,
     /// The operation, as alerts name it (at most [`OPERATION_MAX`] bytes).
     operation: Arc<str>,
+    /// How many attempts at the front of the history are settled (at least): what trimming
+    /// may drop without reading them.
+    settled_prefix: u32,
     /// Sorted by (start, end, span id); at most `Params::depth` entries.
     history: Vec<Entry>,
 }
@@ -93,6 +96,7 @@ impl Key {
         Key {
             last_seen: 0,
             operation: Arc::from(&operation[..cut]),
+            settled_prefix: 0,
             history: Vec::with_capacity(p.depth + 1),
         }
     }
@@ -165,7 +169,13 @@ impl Group {
         };
         let key = self.keys.get_mut(&obs.operation)?;
         key.last_seen = key.last_seen.max(now);
-        let at = key.history.partition_point(|e| e.order() < entry.order());
+        // In order (nearly always): after the last, touching nothing else — a pending history
+        // can hold hundreds of attempts, and a search through it misses the cache each step.
+        let at = match key.history.last() {
+            None => 0,
+            Some(last) if last.order() < entry.order() => key.history.len(),
+            Some(_) => key.history.partition_point(|e| e.order() < entry.order()),
+        };
         if key.history.get(at).is_some_and(|e| {
             e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
         }) {
@@ -173,6 +183,7 @@ impl Group {
             return None;
         }
         key.history.insert(at, entry);
+        key.settled_prefix = key.settled_prefix.min(at as u32);
 
         let read = obs.outcome == Outcome::Ok && obs.discovery_read;
         if read {
@@ -193,7 +204,7 @@ impl Group {
             (read || refusal) && self.pending > 1 && obs.end <= self.latest_pending_start;
         self.latest_pending_start = self.latest_pending_start.max(obs.start);
 
-        self.rejudge(obs.operation, obs.start, p);
+        self.rejudge(obs.operation, Some(at), obs.start, p);
         if others_affected {
             let ops: Vec<u64> = self
                 .keys
@@ -202,15 +213,13 @@ impl Group {
                 .filter(|op| *op != obs.operation)
                 .collect();
             for op in ops {
-                self.rejudge(op, obs.end, p);
+                self.rejudge(op, None, obs.end, p);
             }
         }
 
+        // Re-judging changes verdicts, never positions: the attempt is still at `at`.
         let key = self.keys.get(&obs.operation)?;
-        let at = key.history.iter().position(|e| {
-            e.span_id == obs.span_id && e.start == obs.start && e.trace_id == obs.trace_id
-        })?;
-        let e = &key.history[at];
+        let e = key.history.get(at)?;
         let judgement = Judgement {
             kind: e.kind,
             violation: e.violation,
@@ -221,12 +230,13 @@ impl Group {
         Some(judgement)
     }
 
-    /// Re-judges the pending attempts of one key that start at or after `from`, in order.
-    fn rejudge(&mut self, op: u64, from: Nanos, p: &Params) {
+    /// Re-judges the pending attempts of one key from index `first` (when known) or from
+    /// the first that starts at or after `from`, in order.
+    fn rejudge(&mut self, op: u64, first: Option<usize>, from: Nanos, p: &Params) {
         let Some(key) = self.keys.get(&op) else {
             return;
         };
-        let first = key.history.partition_point(|e| e.start < from);
+        let first = first.unwrap_or_else(|| key.history.partition_point(|e| e.start < from));
         for i in first..key.history.len() {
             let key = &self.keys[&op];
             if key.history[i].has(SETTLED) {
@@ -326,6 +336,7 @@ impl Group {
                 e.set(SETTLED);
                 out.push(counted(self.labels, &key.operation, e));
             }
+            key.settled_prefix = key.history.len() as u32;
             trim_key(key, self.labels, now, p, out);
         }
         self.pending = 0;
@@ -378,19 +389,33 @@ impl Group {
 /// settle, unless a key holds more than `depth + MAX_PENDING_PER_KEY`, when the oldest settle
 /// early. Returns how many pending entries it settled.
 fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) -> u32 {
+    let len = key.history.len();
+    // Over the pending bound, settle down to half of it at once: a flooded key pays one
+    // shift of its history per half-bound of attempts, not one per attempt.
+    let (keep, forced) = if len > p.depth + MAX_PENDING_PER_KEY {
+        let keep = p.depth + MAX_PENDING_PER_KEY / 2;
+        (keep, len - keep)
+    } else {
+        (p.depth, 0)
+    };
+    // The settled prefix leaves without being read (it may be longer than the count
+    // says, never shorter); forced settling reads what it counts.
+    let prefix = key.settled_prefix as usize;
+    let leave = if forced > 0 {
+        forced.max(prefix.min(len - keep))
+    } else {
+        prefix.min(len.saturating_sub(keep))
+    };
     let mut settled = 0;
-    while key.history.len() > p.depth
-        && (key.history[0].has(SETTLED) || key.history.len() > p.depth + MAX_PENDING_PER_KEY)
-    {
-        let e = key.history.remove(0);
+    for i in 0..leave {
+        let e = &key.history[i];
         if !e.has(SETTLED) {
             settled += 1;
-            out.push(counted(labels, &key.operation, &e));
+            out.push(counted(labels, &key.operation, e));
         }
         if !e.has(JUDGED) && e.kind.class() == Class::Refusal {
             let window_end = e.end.saturating_add(p.probe_window);
-            let followed = key
-                .history
+            let followed = key.history[i + 1..]
                 .iter()
                 .any(|f| f.start >= e.end && f.start <= window_end);
             if !followed && now >= window_end {
@@ -398,6 +423,8 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
             }
         }
     }
+    key.history.drain(..leave);
+    key.settled_prefix = key.settled_prefix.saturating_sub(leave as u32);
     if key.history.capacity() > p.depth + 1 && key.history.len() <= p.depth + 1 {
         // A burst of pending attempts grew the history; give the memory back once it
         // settles. A fresh allocation, not `shrink_to`: shrinking in place leaves a hole

@@ -677,3 +677,19 @@ fn a_read_that_ended_exactly_when_the_attempt_started_counts() {
     let c = run(&[discovery(), at(1, 19).fails(Outcome::NotSupported)]);
     assert_eq!(c.kinds["unverified_refusal"], 1);
 }
+
+#[test]
+fn a_flooded_key_stays_bounded_and_loses_nothing() {
+    // 2,000 attempts on one key within one reorder window: the oldest settle early, in
+    // batches, so the key holds at most depth + 256 attempts, and each is counted once.
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    for n in 0..2000u64 {
+        let a = at(1, n).lasting(0).fails(Outcome::Transient).0;
+        tracker.observe(T0, &a, &"op", &mut events);
+    }
+    let early = tally(&events).counted;
+    assert!(early >= 2000 - 256 - 5, "settled early: {early}");
+    tracker.finish(&mut events);
+    assert_eq!(tally(&events).counted, 2000);
+}

@@ -1,0 +1,319 @@
+//! A load generator for refusal-gate (or any OTLP receiver): the realistic agent workload
+//! of `refusal_gate::workload` (HTTP, MCP, gRPC and A2A client spans, 10 attributes each),
+//! pre-encoded once, sent over OTLP/gRPC or OTLP/HTTP by concurrent senders, as fast as
+//! possible or at a fixed rate. Prints achieved spans/s and export latency percentiles.
+//!
+//!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
+//!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
+//!         [--requests N] [--rate SPANS_PER_SECOND]
+//!
+//! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
+
+use bytes::{Buf, BufMut, Bytes};
+use prost::Message;
+use refusal_gate::workload;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone)]
+struct Options {
+    protocol: String,
+    endpoint: String,
+    duration: f64,
+    concurrency: usize,
+    batch: usize,
+    clients: usize,
+    requests: usize,
+    rate: f64,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        protocol: "grpc".into(),
+        endpoint: String::new(),
+        duration: 10.0,
+        concurrency: 8,
+        batch: 100,
+        clients: 100,
+        requests: 512,
+        rate: 0.0,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for pair in args.chunks(2) {
+        let value = pair.get(1).cloned().unwrap_or_default();
+        let number = || value.parse::<f64>().unwrap_or_else(|_| panic!("{} needs a number", pair[0]));
+        match pair[0].as_str() {
+            "--protocol" => o.protocol = value.clone(),
+            "--endpoint" => o.endpoint = value.clone(),
+            "--duration" => o.duration = number(),
+            "--concurrency" => o.concurrency = number() as usize,
+            "--batch" => o.batch = number() as usize,
+            "--clients" => o.clients = number() as usize,
+            "--requests" => o.requests = number() as usize,
+            "--rate" => o.rate = number(),
+            other => panic!("unknown option {other}"),
+        }
+    }
+    if o.endpoint.is_empty() {
+        o.endpoint = match o.protocol.as_str() {
+            "http" => "http://127.0.0.1:4318".into(),
+            _ => "http://127.0.0.1:4317".into(),
+        };
+    }
+    o
+}
+
+#[derive(Clone, Copy, Default)]
+struct RawCodec;
+struct Enc;
+struct Dec;
+
+impl tonic::codec::Encoder for Enc {
+    type Item = Bytes;
+    type Error = tonic::Status;
+    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Dec {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+        src.advance(src.remaining());
+        Ok(Some(()))
+    }
+}
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ();
+    type Encoder = Enc;
+    type Decoder = Dec;
+    fn encoder(&mut self) -> Enc {
+        Enc
+    }
+    fn decoder(&mut self) -> Dec {
+        Dec
+    }
+}
+
+enum Sender {
+    Grpc(tonic::client::Grpc<tonic::transport::Channel>),
+    Http(reqwest::Client, String),
+}
+
+impl Sender {
+    async fn send(&mut self, body: Bytes) -> bool {
+        match self {
+            Sender::Grpc(grpc) => {
+                if grpc.ready().await.is_err() {
+                    return false;
+                }
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                );
+                grpc.unary(tonic::Request::new(body), path, RawCodec).await.is_ok()
+            }
+            Sender::Http(client, url) => client
+                .post(url.as_str())
+                .header("content-type", "application/x-protobuf")
+                .body(body)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success()),
+        }
+    }
+}
+
+fn main() {
+    let o = options();
+    // One thread: pinned to its own core by the e2e script, the generator competes with
+    // nothing of the server's.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(run(o));
+}
+
+/// A pre-encoded request and where its spans' ids and times stand, so that each send can
+/// stamp new ones (fresh span ids, later times) into a copy without re-encoding: a real
+/// fleet never sends the same span twice, and the server's tracker should see new attempts.
+struct Encoded {
+    body: Vec<u8>,
+    /// (span id offset, start offset, end offset) of each span.
+    stamps: Vec<(usize, usize, usize)>,
+}
+
+/// Offsets of the length-delimited fields numbered `wanted` in `buf[from..to]`.
+fn offsets(buf: &[u8], from: usize, to: usize, wanted: u32) -> Vec<(usize, usize)> {
+    use prost::encoding::{decode_key, decode_varint, WireType};
+    let mut out = Vec::new();
+    let mut rest = &buf[from..to];
+    while !rest.is_empty() {
+        let (tag, wire) = decode_key(&mut rest).expect("valid");
+        match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).expect("valid");
+            }
+            WireType::SixtyFourBit => rest = &rest[8..],
+            WireType::ThirtyTwoBit => rest = &rest[4..],
+            WireType::LengthDelimited => {
+                let len = decode_varint(&mut rest).expect("valid") as usize;
+                let start = to - rest.len();
+                if tag == wanted {
+                    out.push((start, start + len));
+                }
+                rest = &rest[len..];
+            }
+            _ => panic!("groups"),
+        }
+    }
+    out
+}
+
+fn encode(n: usize, clients: usize, batch: usize) -> Encoded {
+    let body = workload::request(n, clients, batch).encode_to_vec();
+    let mut stamps = Vec::new();
+    for (rs, rs_end) in offsets(&body, 0, body.len(), 1) {
+        for (ss, ss_end) in offsets(&body, rs, rs_end, 2) {
+            for (span, span_end) in offsets(&body, ss, ss_end, 2) {
+                // Span: 2 = span_id (8 bytes), 7/8 = start/end (fixed64). The workload
+                // writes them at fixed places: find them by walking once.
+                let id = offsets(&body, span, span_end, 2)[0].0;
+                let mut times = Vec::new();
+                let mut at = span;
+                let mut rest = &body[span..span_end];
+                while !rest.is_empty() {
+                    let before = rest.len();
+                    let (tag, wire) = prost::encoding::decode_key(&mut rest).expect("valid");
+                    let value_at = at + (before - rest.len());
+                    match wire {
+                        prost::encoding::WireType::SixtyFourBit => {
+                            if tag == 7 || tag == 8 {
+                                times.push(value_at);
+                            }
+                            rest = &rest[8..];
+                        }
+                        prost::encoding::WireType::Varint => {
+                            prost::encoding::decode_varint(&mut rest).expect("valid");
+                        }
+                        prost::encoding::WireType::ThirtyTwoBit => rest = &rest[4..],
+                        prost::encoding::WireType::LengthDelimited => {
+                            let len = prost::encoding::decode_varint(&mut rest).expect("valid") as usize;
+                            rest = &rest[len..];
+                        }
+                        _ => panic!("groups"),
+                    }
+                    at = span_end - rest.len();
+                }
+                stamps.push((id, times[0], times[1]));
+            }
+        }
+    }
+    Encoded { body, stamps }
+}
+
+impl Encoded {
+    /// A copy stamped for send number `round`: span ids and times moved on.
+    fn stamped(&self, round: u64, shift_ns: u64) -> Bytes {
+        let mut body = self.body.clone();
+        for (i, &(id, start, end)) in self.stamps.iter().enumerate() {
+            let span_id = (round << 24 | i as u64).to_be_bytes();
+            body[id..id + 8].copy_from_slice(&span_id);
+            for at in [start, end] {
+                let t = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+                body[at..at + 8].copy_from_slice(&(t + shift_ns).to_le_bytes());
+            }
+        }
+        Bytes::from(body)
+    }
+}
+
+async fn run(o: Options) {
+    let bodies: Arc<Vec<Encoded>> = Arc::new((0..o.requests).map(|n| encode(n, o.clients, o.batch)).collect());
+    let channel = tonic::transport::Endpoint::from_shared(o.endpoint.clone())
+        .expect("a valid endpoint")
+        .connect_lazy();
+    let url = format!("{}/v1/traces", o.endpoint.trim_end_matches('/'));
+    let http = reqwest::Client::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let spans = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let latencies = Arc::new(Mutex::new(Vec::<u32>::with_capacity(1 << 20)));
+    // A fixed rate is split evenly over the senders: each sends one request every `gap`.
+    let gap = (o.rate > 0.0).then(|| {
+        Duration::from_secs_f64(o.batch as f64 * o.concurrency as f64 / o.rate)
+    });
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..o.concurrency {
+        let mut sender = match o.protocol.as_str() {
+            "http" => Sender::Http(http.clone(), url.clone()),
+            _ => Sender::Grpc(tonic::client::Grpc::new(channel.clone())),
+        };
+        let (bodies, stop, spans, errors, latencies) = (
+            Arc::clone(&bodies),
+            Arc::clone(&stop),
+            Arc::clone(&spans),
+            Arc::clone(&errors),
+            Arc::clone(&latencies),
+        );
+        let batch = o.batch as u64;
+        let o_concurrency = o.concurrency;
+        let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
+        tasks.push(tokio::spawn(async move {
+            let mut n = worker;
+            let mut next = Instant::now();
+            let mut mine = Vec::with_capacity(1 << 16);
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(gap) = gap {
+                    next += gap;
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                // Each pass over the pre-encoded requests moves time on by their whole span.
+                let round = (n / bodies.len()) as u64;
+                let body = bodies[n % bodies.len()].stamped(n as u64, round * span_ns);
+                n += o_concurrency;
+                let t = Instant::now();
+                if sender.send(body).await {
+                    spans.fetch_add(batch, Ordering::Relaxed);
+                    mine.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+                } else {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            latencies.lock().expect("not poisoned").extend(mine);
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs_f64(o.duration)).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let mut l = latencies.lock().expect("not poisoned").clone();
+    l.sort_unstable();
+    let pct = |p: f64| l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+    let sent = spans.load(Ordering::Relaxed);
+    println!(
+        "{} over {}: {:.0} spans/s, {} requests, latency p50 {} us, p99 {} us, {} errors",
+        o.protocol,
+        o.endpoint,
+        sent as f64 / seconds,
+        l.len(),
+        pct(0.50),
+        pct(0.99),
+        errors.load(Ordering::Relaxed)
+    );
+    println!(
+        "spans={sent} seconds={seconds:.3} spans_per_sec={:.0} p50_us={} p99_us={} errors={}",
+        sent as f64 / seconds,
+        pct(0.50),
+        pct(0.99),
+        errors.load(Ordering::Relaxed)
+    );
+}
