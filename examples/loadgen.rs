@@ -42,7 +42,11 @@ fn options() -> Options {
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         let value = pair.get(1).cloned().unwrap_or_default();
-        let number = || value.parse::<f64>().unwrap_or_else(|_| panic!("{} needs a number", pair[0]));
+        let number = || {
+            value
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("{} needs a number", pair[0]))
+        };
         match pair[0].as_str() {
             "--protocol" => o.protocol = value.clone(),
             "--endpoint" => o.endpoint = value.clone(),
@@ -72,7 +76,11 @@ struct Dec;
 impl tonic::codec::Encoder for Enc {
     type Item = Bytes;
     type Error = tonic::Status;
-    fn encode(&mut self, item: Bytes, dst: &mut tonic::codec::EncodeBuf<'_>) -> Result<(), tonic::Status> {
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
         dst.put(item);
         Ok(())
     }
@@ -81,7 +89,10 @@ impl tonic::codec::Encoder for Enc {
 impl tonic::codec::Decoder for Dec {
     type Item = ();
     type Error = tonic::Status;
-    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<()>, tonic::Status> {
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
         src.advance(src.remaining());
         Ok(Some(()))
     }
@@ -115,7 +126,9 @@ impl Sender {
                 let path = tonic::codegen::http::uri::PathAndQuery::from_static(
                     "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
                 );
-                grpc.unary(tonic::Request::new(body), path, RawCodec).await.is_ok()
+                grpc.unary(tonic::Request::new(body), path, RawCodec)
+                    .await
+                    .is_ok()
             }
             Sender::Http(client, url) => client
                 .post(url.as_str())
@@ -203,7 +216,8 @@ fn encode(n: usize, clients: usize, batch: usize) -> Encoded {
                         }
                         prost::encoding::WireType::ThirtyTwoBit => rest = &rest[4..],
                         prost::encoding::WireType::LengthDelimited => {
-                            let len = prost::encoding::decode_varint(&mut rest).expect("valid") as usize;
+                            let len =
+                                prost::encoding::decode_varint(&mut rest).expect("valid") as usize;
                             rest = &rest[len..];
                         }
                         _ => panic!("groups"),
@@ -234,7 +248,11 @@ impl Encoded {
 }
 
 async fn run(o: Options) {
-    let bodies: Arc<Vec<Encoded>> = Arc::new((0..o.requests).map(|n| encode(n, o.clients, o.batch)).collect());
+    let bodies: Arc<Vec<Encoded>> = Arc::new(
+        (0..o.requests)
+            .map(|n| encode(n, o.clients, o.batch))
+            .collect(),
+    );
     let channel = tonic::transport::Endpoint::from_shared(o.endpoint.clone())
         .expect("a valid endpoint")
         .connect_lazy();
@@ -245,9 +263,8 @@ async fn run(o: Options) {
     let errors = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::<u32>::with_capacity(1 << 20)));
     // A fixed rate is split evenly over the senders: each sends one request every `gap`.
-    let gap = (o.rate > 0.0).then(|| {
-        Duration::from_secs_f64(o.batch as f64 * o.concurrency as f64 / o.rate)
-    });
+    let gap = (o.rate > 0.0)
+        .then(|| Duration::from_secs_f64(o.batch as f64 * o.concurrency as f64 / o.rate));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for worker in 0..o.concurrency {
@@ -297,7 +314,11 @@ async fn run(o: Options) {
     let seconds = started.elapsed().as_secs_f64();
     let mut l = latencies.lock().expect("not poisoned").clone();
     l.sort_unstable();
-    let pct = |p: f64| l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1))).copied().unwrap_or(0);
+    let pct = |p: f64| {
+        l.get(((l.len() as f64 * p) as usize).min(l.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
     let sent = spans.load(Ordering::Relaxed);
     println!(
         "{} over {}: {:.0} spans/s, {} requests, latency p50 {} us, p99 {} us, {} errors",

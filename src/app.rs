@@ -17,12 +17,12 @@ use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
 use crate::tracker::Tracker;
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -154,8 +154,8 @@ impl Server {
         let grpc_task = tokio::spawn(async move {
             // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
             // client's delayed ACK (40 ms a request).
-            let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener)
-                .with_nodelay(Some(true));
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
             let result = tonic::transport::Server::builder()
                 .add_service(trace_service)
                 .serve_with_incoming_shutdown(incoming, grpc_stop)

@@ -30,7 +30,12 @@ fn request(spans: u64, round: u64) -> Vec<u8> {
     let spans = (0..spans)
         .map(|k| {
             let status = if k % 7 == 0 { 503 } else { 200 };
-            let mut s = http_span(k, "POST", &format!("http://api.test:8080/items/{k}"), status);
+            let mut s = http_span(
+                k,
+                "POST",
+                &format!("http://api.test:8080/items/{k}"),
+                status,
+            );
             let shift = round * 3_600_000_000_000;
             s.start_time_unix_nano += shift;
             s.end_time_unix_nano += shift;

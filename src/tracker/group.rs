@@ -22,7 +22,7 @@ const REFUSALS_KEPT: usize = 32;
 pub const OPERATION_MAX: usize = 64;
 /// Pending attempts a key holds beyond its settled history before the oldest settle early:
 /// what bounds memory when one key is flooded within a reorder window.
-const MAX_PENDING_PER_KEY: usize = 256;
+const MAX_PENDING_PER_KEY: usize = 32;
 
 /// One attempt in a key's history: 48 bytes, the flags packed into one byte (a test
 /// keeps it so; it is most of a key's memory).
@@ -102,17 +102,25 @@ impl Key {
     }
 }
 
-/// One client instance's view of one interface.
-#[derive(Debug)]
-pub(super) struct Group {
-    /// The metrics handle for (client, interface), chosen by the caller.
-    labels: u32,
+/// The discovery reads and refusals of a group.
+#[derive(Debug, Default)]
+struct Lists {
     /// The earliest discovery read's end: "has read" is `first_read <= start`.
     first_read: Option<Nanos>,
     /// The latest discovery reads' ends, sorted.
     reads: Vec<Nanos>,
     /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
     refusals: Vec<Nanos>,
+}
+
+/// One client instance's view of one interface.
+#[derive(Debug)]
+pub(super) struct Group {
+    /// The metrics handle for (client, interface), chosen by the caller.
+    labels: u32,
+    /// What the group's keys are judged against; apart from `keys` so that a key can be
+    /// borrowed mutably while they are read.
+    lists: Lists,
     pub(super) keys: HashMap<u64, Key>,
     /// Attempts not yet settled, the clock when the first of them arrived, and the latest
     /// start among them (a late attempt that ends after it cannot affect them).
@@ -125,9 +133,7 @@ impl Group {
     pub(super) fn new(labels: u32) -> Group {
         Group {
             labels,
-            first_read: None,
-            reads: Vec::new(),
-            refusals: Vec::new(),
+            lists: Lists::default(),
             keys: HashMap::default(),
             pending: 0,
             first_pending_at: 0,
@@ -140,14 +146,15 @@ impl Group {
         self.pending > 0
     }
 
-    /// Adds one attempt; returns its verdict as now known. The key must exist.
+    /// Adds one attempt; returns its verdict as now known (`Some(None)` for a span already
+    /// tracked), or `None` when its key is not in the group.
     pub(super) fn observe(
         &mut self,
         now: Nanos,
         obs: &Observation,
         p: &Params,
         out: &mut Vec<Event>,
-    ) -> Option<Judgement> {
+    ) -> Option<Option<Judgement>> {
         let entry = Entry {
             start: obs.start,
             end: obs.end,
@@ -180,19 +187,20 @@ impl Group {
             e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
         }) {
             // The same span sent again (an exporter's retry): already counted.
-            return None;
+            return Some(None);
         }
         key.history.insert(at, entry);
         key.settled_prefix = key.settled_prefix.min(at as u32);
 
         let read = obs.outcome == Outcome::Ok && obs.discovery_read;
+        let lists = &mut self.lists;
         if read {
-            self.first_read = Some(self.first_read.map_or(obs.end, |f| f.min(obs.end)));
-            insert_bounded(&mut self.reads, obs.end, READS_KEPT);
+            lists.first_read = Some(lists.first_read.map_or(obs.end, |f| f.min(obs.end)));
+            insert_bounded(&mut lists.reads, obs.end, READS_KEPT);
         }
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         if refusal {
-            insert_bounded(&mut self.refusals, obs.end, REFUSALS_KEPT);
+            insert_bounded(&mut lists.refusals, obs.end, REFUSALS_KEPT);
         }
 
         if self.pending == 0 {
@@ -204,126 +212,26 @@ impl Group {
             (read || refusal) && self.pending > 1 && obs.end <= self.latest_pending_start;
         self.latest_pending_start = self.latest_pending_start.max(obs.start);
 
-        self.rejudge(obs.operation, Some(at), obs.start, p);
-        if others_affected {
-            let ops: Vec<u64> = self
-                .keys
-                .keys()
-                .copied()
-                .filter(|op| *op != obs.operation)
-                .collect();
-            for op in ops {
-                self.rejudge(op, None, obs.end, p);
-            }
-        }
-
+        rejudge(&self.lists, key, at, p);
         // Re-judging changes verdicts, never positions: the attempt is still at `at`.
-        let key = self.keys.get(&obs.operation)?;
-        let e = key.history.get(at)?;
+        let e = &key.history[at];
         let judgement = Judgement {
             kind: e.kind,
             violation: e.violation,
             attempt: u32::from(e.attempt),
             discovery_read: read,
         };
-        self.trim(obs.operation, now, p, out);
-        Some(judgement)
-    }
-
-    /// Re-judges the pending attempts of one key from index `first` (when known) or from
-    /// the first that starts at or after `from`, in order.
-    fn rejudge(&mut self, op: u64, first: Option<usize>, from: Nanos, p: &Params) {
-        let Some(key) = self.keys.get(&op) else {
-            return;
-        };
-        let first = first.unwrap_or_else(|| key.history.partition_point(|e| e.start < from));
-        for i in first..key.history.len() {
-            let key = &self.keys[&op];
-            if key.history[i].has(SETTLED) {
-                continue;
-            }
-            let (kind, violation, attempt) = self.judge(&key.history, i, p);
-            let e = &mut self
-                .keys
-                .get_mut(&op)
-                .expect("the key was just read")
-                .history[i];
-            e.kind = kind;
-            e.violation = violation;
-            e.attempt = attempt;
-        }
-    }
-
-    /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
-    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> (Kind, Option<Violation>, u16) {
-        let a = &history[i];
-        let read_before = self.first_read.is_some_and(|r| r <= a.start);
-        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
-
-        // Attempts on the key before A: earlier in order, ended no later than A started.
-        let mut before = history[..i].iter().rev().filter(|e| e.end <= a.start);
-        let Some(pred) = before.next() else {
-            return (kind, self.probe(a, p), 1);
-        };
-        let attempt = if pred.kind == Kind::Ok {
-            1
-        } else {
-            pred.attempt.saturating_add(1)
-        };
-        let violation = if pred.kind.class() == Class::Refusal {
-            Some(Violation::RetryAfterRefusal)
-        } else if pred.kind == Kind::UnverifiedRefusal && !self.read_between(pred.end, a.start) {
-            Some(Violation::RetryWithoutDiscovery)
-        } else if pred.kind == Kind::Ambiguous {
-            Some(Violation::RetryAfterAmbiguous)
-        } else if self.budget_exhausted(history, i, p) {
-            Some(Violation::RetryBudgetExhausted)
-        } else {
-            self.probe(a, p)
-        };
-        (kind, violation, attempt)
-    }
-
-    fn read_between(&self, after: Nanos, until: Nanos) -> bool {
-        let from = self.reads.partition_point(|r| *r <= after);
-        self.reads.get(from).is_some_and(|r| *r <= until)
-    }
-
-    /// The latest `max_retries + 1` attempts before A all failed transient or throttled.
-    fn budget_exhausted(&self, history: &[Entry], i: usize, p: &Params) -> bool {
-        let a = &history[i];
-        let needed = p.max_retries as usize + 1;
-        let mut seen = 0;
-        for e in history[..i].iter().rev().filter(|e| e.end <= a.start) {
-            if !e.kind.class().is_retryable_failure() {
-                return false;
-            }
-            seen += 1;
-            if seen == needed {
-                return true;
+        self.pending -= trim_key(key, self.labels, now, p, out);
+        if others_affected {
+            // Only a read or a refusal reaches across keys, and only when it arrived late.
+            for (op, other) in self.keys.iter_mut() {
+                if *op != obs.operation {
+                    let first = other.history.partition_point(|e| e.start < obs.end);
+                    rejudge(&self.lists, other, first, p);
+                }
             }
         }
-        false
-    }
-
-    /// A asks for an undeclared path within `probe_window` after a refusal's end.
-    fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
-        if !a.has(DECLARED_NO) {
-            return None;
-        }
-        let after = a.start.saturating_sub(p.probe_window);
-        let from = self.refusals.partition_point(|r| *r < after);
-        self.refusals
-            .get(from)
-            .filter(|r| **r <= a.start)
-            .map(|_| Violation::ProbeAfterRefusal)
-    }
-
-    /// Keeps a key's history within bounds (see [`trim_key`]).
-    fn trim(&mut self, op: u64, now: Nanos, p: &Params, out: &mut Vec<Event>) {
-        if let Some(key) = self.keys.get_mut(&op) {
-            self.pending -= trim_key(key, self.labels, now, p, out);
-        }
+        Some(Some(judgement))
     }
 
     /// Settles every pending attempt: their verdicts become final and are counted.
@@ -382,6 +290,87 @@ impl Group {
         }
         doomed.len()
     }
+}
+
+/// Re-judges the pending attempts of one key from index `first` on, in order.
+fn rejudge(lists: &Lists, key: &mut Key, first: usize, p: &Params) {
+    for i in first..key.history.len() {
+        if key.history[i].has(SETTLED) {
+            continue;
+        }
+        let (kind, violation, attempt) = lists.judge(&key.history, i, p);
+        let e = &mut key.history[i];
+        e.kind = kind;
+        e.violation = violation;
+        e.attempt = attempt;
+    }
+}
+
+impl Lists {
+    /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
+    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> (Kind, Option<Violation>, u16) {
+        let a = &history[i];
+        let read_before = self.first_read.is_some_and(|r| r <= a.start);
+        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
+
+        // Attempts on the key before A: earlier in order, ended no later than A started.
+        let mut before = history[..i].iter().rev().filter(|e| e.end <= a.start);
+        let Some(pred) = before.next() else {
+            return (kind, self.probe(a, p), 1);
+        };
+        let attempt = if pred.kind == Kind::Ok {
+            1
+        } else {
+            pred.attempt.saturating_add(1)
+        };
+        let violation = if pred.kind.class() == Class::Refusal {
+            Some(Violation::RetryAfterRefusal)
+        } else if pred.kind == Kind::UnverifiedRefusal && !self.read_between(pred.end, a.start) {
+            Some(Violation::RetryWithoutDiscovery)
+        } else if pred.kind == Kind::Ambiguous {
+            Some(Violation::RetryAfterAmbiguous)
+        } else if budget_exhausted(history, i, p) {
+            Some(Violation::RetryBudgetExhausted)
+        } else {
+            self.probe(a, p)
+        };
+        (kind, violation, attempt)
+    }
+
+    fn read_between(&self, after: Nanos, until: Nanos) -> bool {
+        let from = self.reads.partition_point(|r| *r <= after);
+        self.reads.get(from).is_some_and(|r| *r <= until)
+    }
+
+    /// A asks for an undeclared path within `probe_window` after a refusal's end.
+    fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
+        if !a.has(DECLARED_NO) {
+            return None;
+        }
+        let after = a.start.saturating_sub(p.probe_window);
+        let from = self.refusals.partition_point(|r| *r < after);
+        self.refusals
+            .get(from)
+            .filter(|r| **r <= a.start)
+            .map(|_| Violation::ProbeAfterRefusal)
+    }
+}
+
+/// The latest `max_retries + 1` attempts before A all failed transient or throttled.
+fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
+    let a = &history[i];
+    let needed = p.max_retries as usize + 1;
+    let mut seen = 0;
+    for e in history[..i].iter().rev().filter(|e| e.end <= a.start) {
+        if !e.kind.class().is_retryable_failure() {
+            return false;
+        }
+        seen += 1;
+        if seen == needed {
+            return true;
+        }
+    }
+    false
 }
 
 /// Keeps a key's history within bounds: beyond `depth` entries the oldest settled ones

@@ -276,11 +276,15 @@ impl Tracker {
     ) -> Option<Judgement> {
         let p = &self.params;
         let mut shard = self.shard(&obs.group);
-        let exists = shard
+        // The hot path: a known key costs one group lookup and one key lookup.
+        if let Some(known) = shard
             .groups
-            .get(&obs.group)
-            .is_some_and(|g| g.keys.contains_key(&obs.operation));
-        if !exists {
+            .get_mut(&obs.group)
+            .and_then(|g| g.observe(now, obs, p, out))
+        {
+            return known;
+        }
+        {
             if shard.keys >= shard.cap {
                 let evicted = evict_lru(&mut shard, now, p, out);
                 self.keys.fetch_sub(evicted, Ordering::Relaxed);
@@ -296,7 +300,7 @@ impl Tracker {
             self.keys.fetch_add(1, Ordering::Relaxed);
         }
         let group = shard.groups.get_mut(&obs.group)?;
-        group.observe(now, obs, p, out)
+        group.observe(now, obs, p, out).flatten()
     }
 
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else
