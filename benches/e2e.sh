@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# End-to-end load run on this machine: the release server pinned to core 0, the load
+# generator (examples/loadgen.rs) to core 1. For OTLP/gRPC and OTLP/HTTP it reports spans/s
+# at full speed, the server's CPU-seconds per million spans (from /proc/<pid>/stat, so a
+# load generator sharing the machine does not skew it), its peak RSS, and the p50/p99 export
+# latency at half of the maximum rate.
+#   benches/e2e.sh [SECONDS]        (default 10 seconds a run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+cargo build --release --quiet
+cargo build --release --quiet --example loadgen
+work=$(mktemp -d)
+trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+grpc=$(free_port); http=$(free_port); admin=$(free_port)
+cat > "$work/config.yaml" <<YAML
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:$grpc }
+    http: { endpoint: 127.0.0.1:$http }
+admin:
+  endpoint: 127.0.0.1:$admin
+YAML
+taskset -c 0 target/release/refusal-gate serve --config "$work/config.yaml" 2>"$work/server.log" &
+pid=$!
+for _ in $(seq 100); do curl -sf "http://127.0.0.1:$admin/healthz" >/dev/null && break; sleep 0.1; done
+ticks=$(getconf CLK_TCK)
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+printf '%-6s %12s %16s %10s %10s %10s\n' transport spans/s cpu-s/Mspans peak-RSS p50@half p99@half
+for transport in grpc http; do
+  port=$grpc; [[ $transport == http ]] && port=$http
+  before=$(cpu)
+  full=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
+    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 | tail -1)
+  after=$(cpu)
+  spans=$(field "$full" spans); rate=$(field "$full" spans_per_sec)
+  cpu_per_m=$(awk -v c=$((after - before)) -v t="$ticks" -v s="$spans" 'BEGIN { printf "%.3f", c / t / (s / 1e6) }')
+  half=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
+    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 \
+    --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')" | tail -1)
+  rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
+  printf '%-6s %12s %16s %10s %8s us %8s us\n' "$transport" "$rate" "$cpu_per_m" "$rss" \
+    "$(field "$half" p50_us)" "$(field "$half" p99_us)"
+done
