@@ -463,6 +463,35 @@ pub struct Pipeline {
     hasher: foldhash::fast::RandomState,
 }
 
+/// What one request carries through the ingest path.
+struct RequestState<'t> {
+    interfaces: Arc<Interfaces>,
+    now: Nanos,
+    events: Vec<Event>,
+    summary: Summary,
+    tags: Option<&'t mut Vec<Option<Vec<u8>>>>,
+}
+
+impl<'t> RequestState<'t> {
+    fn new(
+        interfaces: Arc<Interfaces>,
+        now: Nanos,
+        tags: Option<&'t mut Vec<Option<Vec<u8>>>>,
+        rejected: u64,
+    ) -> RequestState<'t> {
+        RequestState {
+            interfaces,
+            now,
+            events: Vec::new(),
+            summary: Summary {
+                rejected,
+                ..Summary::default()
+            },
+            tags,
+        }
+    }
+}
+
 /// Unix nanoseconds now: the tracker's clock when serving.
 pub fn wall_clock() -> Nanos {
     SystemTime::now()
@@ -654,12 +683,10 @@ impl Pipeline {
         transport: Transport,
         body: &[u8],
         now: Nanos,
-        mut tags: Option<&mut Vec<Option<Vec<u8>>>>,
+        tags: Option<&mut Vec<Option<Vec<u8>>>>,
     ) -> (Summary, Vec<u32>) {
-        let mut summary = Summary::default();
+        let mut request = RequestState::new(self.catalog.current(), now, tags, 0);
         let mut malformed_at = Vec::new();
-        let mut events = Vec::new();
-        let interfaces = self.catalog.current();
         let mut seen = 0u32;
         for resource_spans in wire::each(body, 1).map_while(Result::ok) {
             let client = match wire::ResourceRef::of(resource_spans) {
@@ -672,27 +699,15 @@ impl Pipeline {
                     seen = seen.saturating_add(1);
                     let Ok(span) = wire::SpanRef::parse(bytes) else {
                         malformed_at.push(at);
-                        summary.rejected += 1;
+                        request.summary.rejected += 1;
                         continue;
                     };
-                    summary.accepted += 1;
-                    let tag = self.observe_span(
-                        &interfaces,
-                        client,
-                        &span,
-                        now,
-                        &mut events,
-                        tags.is_some(),
-                        &mut summary,
-                    );
-                    if let Some(tags) = tags.as_deref_mut() {
-                        tags.push(tag);
-                    }
+                    self.observe_span(&mut request, client, &span);
                 }
             }
         }
-        self.finish_request(transport, &summary, &events);
-        (summary, malformed_at)
+        self.finish_request(transport, &request.summary, &request.events);
+        (request.summary, malformed_at)
     }
 
     /// The alerter.
@@ -766,58 +781,46 @@ impl Pipeline {
         transport: Transport,
         batch: &Batch,
         now: Nanos,
-        mut tags: Option<&mut Vec<Option<Vec<u8>>>>,
+        tags: Option<&mut Vec<Option<Vec<u8>>>>,
     ) -> Summary {
-        let mut summary = Summary {
-            rejected: batch.malformed,
-            ..Summary::default()
-        };
-        let mut events = Vec::new();
-        let interfaces = self.catalog.current();
+        let mut request = RequestState::new(self.catalog.current(), now, tags, batch.malformed);
         for (resource, spans) in &batch.resources {
             let client = extract::client_of(resource);
             for span in spans {
-                summary.accepted += 1;
-                let tag = self.observe_span(
-                    &interfaces,
-                    client,
-                    &span,
-                    now,
-                    &mut events,
-                    tags.is_some(),
-                    &mut summary,
-                );
-                if let Some(tags) = tags.as_deref_mut() {
-                    tags.push(tag);
-                }
+                self.observe_span(&mut request, client, &span);
             }
         }
-        self.finish_request(transport, &summary, &events);
-        summary
+        self.finish_request(transport, &request.summary, &request.events);
+        request.summary
     }
 
-    /// Extracts one span and tracks it when it is an attempt; returns its tags when asked.
-    #[allow(clippy::too_many_arguments)]
+    /// Extracts one span and tracks it when it is an attempt; pushes its tags when asked.
     fn observe_span<'a>(
         &self,
-        interfaces: &Interfaces,
+        r: &mut RequestState<'_>,
         client: extract::Client<'a>,
         span: &dyn extract::SpanView<'a>,
-        now: Nanos,
-        events: &mut Vec<Event>,
-        want_tags: bool,
-        summary: &mut Summary,
-    ) -> Option<Vec<u8>> {
-        match extract::extract(client, span) {
+    ) {
+        r.summary.accepted += 1;
+        let tag = match extract::extract(client, span) {
             Ok(attempt) => {
-                summary.attempts += 1;
-                let tag = self.observe(interfaces, &attempt, now, events, want_tags);
+                r.summary.attempts += 1;
+                let tag = self.observe(
+                    &r.interfaces,
+                    &attempt,
+                    r.now,
+                    &mut r.events,
+                    r.tags.is_some(),
+                );
                 tag.filter(|_| !attempt.tagged)
             }
             Err(skip) => {
                 self.metrics.span_skipped(skip.label());
                 None
             }
+        };
+        if let Some(tags) = r.tags.as_deref_mut() {
+            tags.push(tag);
         }
     }
 
