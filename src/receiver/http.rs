@@ -2,7 +2,9 @@
 //!
 //! Edge. It checks method, media type and encoding, reads the body up to the limit (and
 //! inflates gzip up to the same limit, so a small bomb never grows past it in memory), and
-//! hands the bytes to the shared ingest path. Answers follow OTLP/HTTP: 200 with an
+//! hands the bytes to the shared ingest path. An oversized body is refused with 413 after the
+//! rest of it is read and discarded (bounded), so the client reads the answer instead of a
+//! broken connection it would retry. Answers follow OTLP/HTTP: 200 with an
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
 //! `google.rpc.Status` body; 405 for other methods; 404 for other signals and paths.
 
@@ -13,7 +15,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use http_body_util::{BodyExt, Limited};
+use bytes::BytesMut;
+use http_body_util::BodyExt;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
@@ -119,24 +122,29 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let mut body = request.into_body();
     if declared.is_some_and(|n| n > limit) {
-        // Refuse before reading: the client learns at once, and nothing is buffered.
+        // Refused without buffering; the rest is read and thrown away (up to a bound) so
+        // that the client, still writing, reads a 413 rather than a broken connection — an
+        // SDK would retry a broken connection, and a 413 is final.
+        drain(body, limit).await;
         return Err(IngestError::TooLarge { limit });
     }
-    let body = Limited::new(request.into_body(), limit)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                IngestError::TooLarge { limit }
-            } else {
-                IngestError::Malformed {
-                    encoding: "http",
-                    detail: format!("reading the body: {e}"),
-                }
+    let mut collected = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| IngestError::Malformed {
+            encoding: "http",
+            detail: format!("reading the body: {e}"),
+        })?;
+        if let Ok(data) = frame.into_data() {
+            if collected.len() + data.len() > limit {
+                drain(body, limit).await;
+                return Err(IngestError::TooLarge { limit });
             }
-        })?
-        .to_bytes();
+            collected.extend_from_slice(&data);
+        }
+    }
+    let body = collected.freeze();
     if !gzip {
         return Ok(body);
     }
@@ -152,6 +160,20 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
 }
 
 /// Refuses a request before the pipeline saw it: counts it and answers.
+/// Reads and discards what is left of a refused body, up to `limit` more bytes (at least
+/// 8 MiB): enough for a client that overshot to finish writing and read the answer, bounded
+/// so that a flood costs nothing but its bandwidth.
+async fn drain(mut body: Body, limit: usize) {
+    let cap = limit.max(8 << 20);
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen += frame.data_ref().map_or(0, |d| d.len());
+        if seen > cap {
+            break;
+        }
+    }
+}
+
 fn refuse(rx: &Receiver, encoding: Encoding, e: &IngestError) -> Response {
     rx.pipeline
         .metrics()
