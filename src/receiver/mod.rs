@@ -136,9 +136,6 @@ pub struct Batch {
     pub resources: Vec<(Vec<KeyValue>, Vec<Span>)>,
     /// Spans that could not be decoded.
     pub malformed: u64,
-    /// Where those spans stood among all the request's spans, in order (protobuf only): what
-    /// [`tag`] leaves out when it rewrites the request for forwarding.
-    pub malformed_at: Vec<u32>,
 }
 
 impl Batch {
@@ -152,7 +149,9 @@ impl Batch {
     }
 }
 
-/// Decodes a request body span by span.
+/// Decodes a request body span by span into prost's owned types: the path of OTLP/JSON and
+/// replay, and of tools and tests. The receivers read protobuf spans in place instead
+/// ([`Pipeline::ingest_wire`]).
 ///
 /// # Errors
 /// [`IngestError::Malformed`] when the request's own framing is broken; a broken span is
@@ -172,7 +171,6 @@ fn decode_protobuf(body: &[u8]) -> Result<Batch, IngestError> {
         detail,
     };
     let mut batch = Batch::default();
-    let mut seen = 0u32;
     for resource_spans in fields(body, 1).map_err(malformed)? {
         let mut resource = Vec::new();
         for r in fields(resource_spans, 1).map_err(malformed)? {
@@ -185,12 +183,8 @@ fn decode_protobuf(body: &[u8]) -> Result<Batch, IngestError> {
             for span in fields(scope_spans, 2).map_err(malformed)? {
                 match Span::decode(span) {
                     Ok(span) => spans.push(span),
-                    Err(_) => {
-                        batch.malformed_at.push(seen);
-                        batch.malformed += 1;
-                    }
+                    Err(_) => batch.malformed += 1,
                 }
-                seen = seen.saturating_add(1);
             }
         }
         batch.resources.push((resource, spans));
@@ -427,7 +421,6 @@ fn decode_json(body: &[u8]) -> Result<Batch, IngestError> {
             })
             .collect(),
         malformed,
-        malformed_at: Vec::new(),
     })
 }
 
@@ -965,6 +958,25 @@ mod tests {
         let batch = decode(&body, Encoding::Protobuf).expect("framing is valid");
         assert_eq!(batch.resources[0].1.len(), 2);
         assert_eq!(batch.malformed, 1);
+
+        // The receivers' path reads the same request in place and forwards the rest.
+        assert_eq!(frame_check(&body).expect("framing is valid"), 3);
+        let config = crate::config::Config::default();
+        let pipeline = Pipeline::new(
+            Arc::new(Catalog::new(Vec::new(), Default::default())),
+            Tracker::new(&config.tracker),
+            Metrics::new(&config.metrics),
+            &config.alerting,
+        );
+        let mut tags = Vec::new();
+        let (summary, malformed_at) =
+            pipeline.ingest_wire(Transport::Grpc, &body, 1, Some(&mut tags));
+        assert_eq!((summary.accepted, summary.rejected), (2, 1));
+        assert_eq!(malformed_at, vec![1]);
+        assert_eq!(tags.len(), 2);
+        let forwarded = tag(&body, &malformed_at, &tags).expect("re-framed");
+        let request = ExportTraceServiceRequest::decode(&forwarded[..]).expect("a valid request");
+        assert_eq!(request.resource_spans[0].scope_spans[0].spans.len(), 2);
     }
 
     #[test]
