@@ -9,8 +9,9 @@
 //!
 //! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::Bytes;
 use prost::Message;
+use refusal_gate::export::{RawCodec, EXPORT_PATH};
 use refusal_gate::workload;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,49 +69,6 @@ fn options() -> Options {
     o
 }
 
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-struct Enc;
-struct Dec;
-
-impl tonic::codec::Encoder for Enc {
-    type Item = Bytes;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Bytes,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        dst.put(item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for Dec {
-    type Item = ();
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<()>, tonic::Status> {
-        src.advance(src.remaining());
-        Ok(Some(()))
-    }
-}
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = ();
-    type Encoder = Enc;
-    type Decoder = Dec;
-    fn encoder(&mut self) -> Enc {
-        Enc
-    }
-    fn decoder(&mut self) -> Dec {
-        Dec
-    }
-}
-
 enum Sender {
     Grpc(tonic::client::Grpc<tonic::transport::Channel>),
     Http(reqwest::Client, String),
@@ -123,9 +81,7 @@ impl Sender {
                 if grpc.ready().await.is_err() {
                     return false;
                 }
-                let path = tonic::codegen::http::uri::PathAndQuery::from_static(
-                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
-                );
+                let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
                 grpc.unary(tonic::Request::new(body), path, RawCodec)
                     .await
                     .is_ok()

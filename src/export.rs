@@ -294,11 +294,15 @@ pub enum Downstream {
     Http(reqwest::Client, String),
 }
 
-/// Encodes raw request bytes and decodes the response, for the gRPC client.
+/// A gRPC client codec for `TraceService/Export` that sends an already-encoded request as
+/// it is and decodes the response: what the exporter forwards with, and what the load
+/// generator and the tests put arbitrary bytes on the wire with.
 #[derive(Debug, Clone, Copy, Default)]
-struct RawCodec;
-struct RawEncoder;
-struct ResponseDecoder;
+pub struct RawCodec;
+/// [`RawCodec`]'s encoder: the bytes as they are.
+pub struct RawEncoder;
+/// [`RawCodec`]'s decoder: an `ExportTraceServiceResponse`.
+pub struct ResponseDecoder;
 
 impl tonic::codec::Encoder for RawEncoder {
     type Item = Bytes;
@@ -340,7 +344,8 @@ impl tonic::codec::Codec for RawCodec {
     }
 }
 
-const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+/// The gRPC path of `TraceService/Export`.
+pub const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 impl Downstream {
     /// A client for `config` (connects lazily).

@@ -532,46 +532,6 @@ async fn bad_http_input_gets_precise_answers_and_breaks_nothing() {
     server.shutdown().await;
 }
 
-/// A codec that sends raw bytes, to put arbitrary messages on the gRPC wire.
-mod raw {
-    use bytes::{Buf, BufMut, Bytes};
-    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
-    use tonic::Status;
-
-    #[derive(Default)]
-    pub struct RawCodec;
-    pub struct Enc;
-    pub struct Dec;
-
-    impl Encoder for Enc {
-        type Item = Bytes;
-        type Error = Status;
-        fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-            dst.put(item);
-            Ok(())
-        }
-    }
-    impl Decoder for Dec {
-        type Item = Bytes;
-        type Error = Status;
-        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-            Ok(Some(src.copy_to_bytes(src.remaining())))
-        }
-    }
-    impl Codec for RawCodec {
-        type Encode = Bytes;
-        type Decode = Bytes;
-        type Encoder = Enc;
-        type Decoder = Dec;
-        fn encoder(&mut self) -> Enc {
-            Enc
-        }
-        fn decoder(&mut self) -> Dec {
-            Dec
-        }
-    }
-}
-
 async fn grpc_raw(
     addr: std::net::SocketAddr,
     path: &'static str,
@@ -592,7 +552,7 @@ async fn grpc_raw(
         .unary(
             tonic::Request::new(bytes::Bytes::from(body)),
             tonic::codegen::http::uri::PathAndQuery::from_static(path),
-            raw::RawCodec,
+            refusal_gate::export::RawCodec,
         )
         .await
         .map(|_| ())
@@ -606,7 +566,7 @@ async fn bad_grpc_input_gets_otlp_status_codes() {
     ))
     .await;
     let addr = server.bound.grpc;
-    const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+    use refusal_gate::export::EXPORT_PATH as EXPORT;
     const METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
     const LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
     let cases: [(&str, &'static str, Vec<u8>, bool, tonic::Code); 5] = [

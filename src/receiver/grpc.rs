@@ -6,6 +6,7 @@
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 
 use super::{Encoding, IngestError, Pipeline, Transport};
+use crate::export::EXPORT_PATH;
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
@@ -22,8 +23,6 @@ use tonic::codec::{
 use tonic::codegen::{http, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::Status;
-
-const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 /// A codec that decodes to the message's raw bytes and encodes prost responses.
 #[derive(Debug, Clone, Copy, Default)]
