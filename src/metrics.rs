@@ -22,8 +22,8 @@ pub const OVERFLOW: &str = "__overflow__";
 
 /// The counters of one (client, interface) pair, created on first use.
 struct Pair {
-    client: String,
-    interface: String,
+    client: Arc<str>,
+    interface: Arc<str>,
     attempts: [OnceLock<IntCounter>; Kind::ALL.len()],
     violations: [OnceLock<IntCounter>; Violation::ALL.len()],
     discovery_reads: OnceLock<IntCounter>,
@@ -297,8 +297,8 @@ impl Metrics {
         let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
         let id = u32::try_from(pairs.len()).unwrap_or(u32::MAX);
         pairs.push(Arc::new(Pair {
-            client: client.to_owned(),
-            interface: interface.to_owned(),
+            client: Arc::from(client),
+            interface: Arc::from(interface),
             attempts: Default::default(),
             violations: Default::default(),
             discovery_reads: OnceLock::new(),
@@ -332,7 +332,7 @@ impl Metrics {
                     ..
                 } => {
                     let Some(p) = self.pair(labels) else { continue };
-                    let (c, i) = (p.client.as_str(), p.interface.as_str());
+                    let (c, i) = (&p.client, &p.interface);
                     p.attempts[kind as usize]
                         .get_or_init(|| {
                             self.attempts.with_label_values(&[
@@ -357,10 +357,7 @@ impl Metrics {
                 Event::Honored { labels } => {
                     let Some(p) = self.pair(labels) else { continue };
                     p.honored
-                        .get_or_init(|| {
-                            self.honored
-                                .with_label_values(&[p.client.as_str(), p.interface.as_str()])
-                        })
+                        .get_or_init(|| self.honored.with_label_values(&[&p.client, &p.interface]))
                         .inc();
                 }
                 Event::Evicted { reason, keys } => {
@@ -428,7 +425,7 @@ impl Metrics {
     }
 
     /// The (client, interface) label values of a pair id.
-    pub fn label_names(&self, id: u32) -> Option<(String, String)> {
+    pub fn label_names(&self, id: u32) -> Option<(Arc<str>, Arc<str>)> {
         self.pair(id)
             .map(|p| (p.client.clone(), p.interface.clone()))
     }

@@ -9,11 +9,11 @@
 //! batch, following the product's own rule: 5xx, 408, 429, timeouts and connection errors
 //! are retried with backoff (honouring `Retry-After`); any other 4xx is not.
 
-use super::{ActiveAlerts, Alert, Raised};
+use super::{ActiveAlerts, Alert, Raised, Severity};
 use crate::config::AlertingConfig;
 use crate::retry::{self, Answer, Backoff};
-use crate::tracker::Nanos;
-use prometheus::IntCounterVec;
+use crate::tracker::{Nanos, Violation};
+use prometheus::{IntCounter, IntCounterVec};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -29,7 +29,9 @@ pub const ALERTMANAGER: &str = "alertmanager";
 /// The alerts raised so far and the counters of their fate.
 pub struct Alerter {
     state: Mutex<ActiveAlerts>,
-    alerts_total: IntCounterVec,
+    /// `refusal_gate_alerts_total`, one handle per violation (which fixes the alert name
+    /// and severity), so that counting an alert hashes no label.
+    alerts_total: [IntCounter; Violation::ALL.len()],
     deliveries: IntCounterVec,
 }
 
@@ -48,7 +50,9 @@ impl Alerter {
                 resolve_after,
                 config.min_severity,
             )),
-            alerts_total,
+            alerts_total: Violation::ALL.map(|v| {
+                alerts_total.with_label_values(&[v.alert_name(), Severity::of(v).as_str()])
+            }),
             deliveries,
         }
     }
@@ -59,7 +63,7 @@ impl Alerter {
 
     /// Raises one violation's alert at `now`: counts it, logs it when it starts firing.
     pub fn raise(&self, now: Nanos, alert: Alert) {
-        let (name, severity) = (alert.key.alertname, alert.severity);
+        let violation = alert.violation;
         let log = alert.clone();
         match self.state().raise(now, alert) {
             Raised::Ignored => return,
@@ -72,14 +76,12 @@ impl Alerter {
                 alertname = log.key.alertname, severity = log.severity.as_str(),
                 client = %log.key.client, interface = %log.key.interface,
                 violation = log.violation.as_str(), operation = %log.operation,
-                trace_id = %log.trace_id, span_id = %log.span_id,
+                trace_id = %log.trace_id_hex(), span_id = %log.span_id_hex(),
                 "Alert firing."
             ),
             Raised::Extended => {}
         }
-        self.alerts_total
-            .with_label_values(&[name, severity.as_str()])
-            .inc();
+        self.alerts_total[violation as usize].inc();
     }
 
     /// The alerts firing at `now`.
@@ -112,9 +114,9 @@ pub fn to_json(alerts: &[Alert], generator_url: &str) -> serde_json::Value {
                 "labels": labels,
                 "annotations": {
                     "summary": a.summary(),
-                    "operation": a.operation,
-                    "trace_id": a.trace_id,
-                    "span_id": a.span_id,
+                    "operation": &*a.operation,
+                    "trace_id": a.trace_id_hex(),
+                    "span_id": a.span_id_hex(),
                 },
                 "startsAt": rfc3339(a.starts_at),
                 "endsAt": rfc3339(a.ends_at),

@@ -8,8 +8,9 @@
 pub mod delivery;
 
 use crate::tracker::{Nanos, Violation};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
-use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// How urgent an alert is. Ordered: `Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
@@ -39,15 +40,16 @@ impl Severity {
     }
 }
 
-/// The identity of an alert: Alertmanager's deduplication key.
+/// The identity of an alert: Alertmanager's deduplication key. The names are shared with
+/// the metric labels, so raising an alert that is already firing copies no string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AlertKey {
     /// One of the five alert names.
     pub alertname: &'static str,
     /// The `client` label.
-    pub client: String,
+    pub client: Arc<str>,
     /// The `interface` label.
-    pub interface: String,
+    pub interface: Arc<str>,
 }
 
 /// One alert as Alertmanager's v2 API takes it.
@@ -60,11 +62,11 @@ pub struct Alert {
     /// The violation that raised it.
     pub violation: Violation,
     /// The latest violating operation.
-    pub operation: String,
-    /// The latest violating span's trace id, hex.
-    pub trace_id: String,
-    /// The latest violating span's id, hex.
-    pub span_id: String,
+    pub operation: Arc<str>,
+    /// The latest violating span's trace id.
+    pub trace_id: [u8; 16],
+    /// The latest violating span's id.
+    pub span_id: [u8; 8],
     /// When it started firing (the first violation).
     pub starts_at: Nanos,
     /// When it resolves unless another violation comes: last violation + `resolve_after`.
@@ -87,6 +89,16 @@ impl Alert {
             "{} {what} from {} ({})",
             self.key.client, self.key.interface, self.operation
         )
+    }
+
+    /// The trace id, as OTLP/JSON and trace UIs write it: lower-case hex.
+    pub fn trace_id_hex(&self) -> String {
+        hex(&self.trace_id)
+    }
+
+    /// The span id, lower-case hex.
+    pub fn span_id_hex(&self) -> String {
+        hex(&self.span_id)
     }
 
     /// Its labels, as DESIGN §6 names them.
@@ -145,8 +157,11 @@ impl ActiveAlerts {
         alert.ends_at = now.saturating_add(self.resolve_after);
         if let Some(firing) = self.alerts.get_mut(&alert.key) {
             if firing.ends_at > now {
-                alert.starts_at = firing.starts_at;
-                *firing = alert.clone();
+                // The hot case under a retry storm: no allocation, the names stay shared.
+                firing.operation = alert.operation;
+                firing.trace_id = alert.trace_id;
+                firing.span_id = alert.span_id;
+                firing.ends_at = alert.ends_at;
                 self.changed.insert(alert.key);
                 return Raised::Extended;
             }
@@ -200,6 +215,17 @@ impl ActiveAlerts {
     }
 }
 
+/// Lower-case hex of some bytes.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,8 +242,8 @@ mod tests {
             severity: Severity::of(violation),
             violation,
             operation: "POST /x".into(),
-            trace_id: "00".into(),
-            span_id: "00".into(),
+            trace_id: [0; 16],
+            span_id: [0; 8],
             starts_at: 0,
             ends_at: 0,
         }
@@ -304,5 +330,6 @@ mod tests {
         let a = &sent[0];
         assert!(a.summary().contains("retried after an ambiguous response"));
         assert_eq!(a.labels()[0], ("alertname", "RetryAfterAmbiguousResponse"));
+        assert_eq!(a.span_id_hex(), "0000000000000000");
     }
 }

@@ -530,16 +530,6 @@ fn encode_tags(j: &Judgement, reason: classify::Reason<'_>, interface: &str) -> 
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    out
-}
-
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
     let mut out = [0; N];
     let n = bytes.len().min(N);
@@ -737,9 +727,9 @@ impl Pipeline {
                     },
                     severity: Severity::of(*violation),
                     violation: *violation,
-                    operation: operation.as_deref().unwrap_or("").to_owned(),
-                    trace_id: hex(trace_id),
-                    span_id: hex(span_id),
+                    operation: operation.clone().unwrap_or_else(|| Arc::from("")),
+                    trace_id: *trace_id,
+                    span_id: *span_id,
                     starts_at: now,
                     ends_at: now,
                 },
