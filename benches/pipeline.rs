@@ -126,6 +126,9 @@ fn stages(c: &mut Criterion) {
     });
     g.finish();
 
+    // The whole path in its steady state: every request carries fresh span ids and later
+    // times (as a real fleet's do), from 16 clients (every key's state stays in the cache)
+    // and from 100 (it does not: 4,500 keys).
     let mut g = c.benchmark_group("path");
     g.throughput(Throughput::Elements(SPANS as u64));
     g.bench_function("prost_owned_decode", |b| {
@@ -135,15 +138,35 @@ fn stages(c: &mut Criterion) {
             ExportTraceServiceRequest::decode(black_box(&bodies[n][..])).expect("valid")
         })
     });
-    let mut n = 0;
-    g.bench_function("whole_decode_extract_classify_track_count", |b| {
-        b.iter(|| {
-            n = (n + 1) % bodies.len();
-            pipeline
-                .handle(Transport::Grpc, black_box(&bodies[n]), Encoding::Protobuf)
-                .expect("valid")
-        })
-    });
+    for clients in [16, 100] {
+        let requests = 512;
+        let encoded: Vec<workload::Encoded> = (0..requests)
+            .map(|n| workload::Encoded::new(n, clients, SPANS))
+            .collect();
+        let pass = (requests * SPANS) as u64 * 1_000_000;
+        let mut send = 0u64;
+        let mut next = move || {
+            let body =
+                encoded[send as usize % requests].stamped(send, send / requests as u64 * pass);
+            send += 1;
+            body
+        };
+        let pipeline = warm_pipeline(&(0..requests).map(|_| next()).collect::<Vec<_>>());
+        g.bench_function(
+            format!("whole_decode_extract_classify_track_count/{clients}_clients"),
+            |b| {
+                b.iter_batched(
+                    &mut next,
+                    |body| {
+                        pipeline
+                            .handle(Transport::Grpc, black_box(&body), Encoding::Protobuf)
+                            .expect("valid")
+                    },
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+    }
     g.finish();
 }
 

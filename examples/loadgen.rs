@@ -10,7 +10,6 @@
 //! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
 
 use bytes::Bytes;
-use prost::Message;
 use refusal_gate::export::{RawCodec, EXPORT_PATH};
 use refusal_gate::workload;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -108,105 +107,10 @@ fn main() {
     runtime.block_on(run(o));
 }
 
-/// A pre-encoded request and where its spans' ids and times stand, so that each send can
-/// stamp new ones (fresh span ids, later times) into a copy without re-encoding: a real
-/// fleet never sends the same span twice, and the server's tracker should see new attempts.
-struct Encoded {
-    body: Vec<u8>,
-    /// (span id offset, start offset, end offset) of each span.
-    stamps: Vec<(usize, usize, usize)>,
-}
-
-/// Offsets of the length-delimited fields numbered `wanted` in `buf[from..to]`.
-fn offsets(buf: &[u8], from: usize, to: usize, wanted: u32) -> Vec<(usize, usize)> {
-    use prost::encoding::{decode_key, decode_varint, WireType};
-    let mut out = Vec::new();
-    let mut rest = &buf[from..to];
-    while !rest.is_empty() {
-        let (tag, wire) = decode_key(&mut rest).expect("valid");
-        match wire {
-            WireType::Varint => {
-                decode_varint(&mut rest).expect("valid");
-            }
-            WireType::SixtyFourBit => rest = &rest[8..],
-            WireType::ThirtyTwoBit => rest = &rest[4..],
-            WireType::LengthDelimited => {
-                let len = decode_varint(&mut rest).expect("valid") as usize;
-                let start = to - rest.len();
-                if tag == wanted {
-                    out.push((start, start + len));
-                }
-                rest = &rest[len..];
-            }
-            _ => panic!("groups"),
-        }
-    }
-    out
-}
-
-fn encode(n: usize, clients: usize, batch: usize) -> Encoded {
-    let body = workload::request(n, clients, batch).encode_to_vec();
-    let mut stamps = Vec::new();
-    for (rs, rs_end) in offsets(&body, 0, body.len(), 1) {
-        for (ss, ss_end) in offsets(&body, rs, rs_end, 2) {
-            for (span, span_end) in offsets(&body, ss, ss_end, 2) {
-                // Span: 2 = span_id (8 bytes), 7/8 = start/end (fixed64). The workload
-                // writes them at fixed places: find them by walking once.
-                let id = offsets(&body, span, span_end, 2)[0].0;
-                let mut times = Vec::new();
-                let mut at = span;
-                let mut rest = &body[span..span_end];
-                while !rest.is_empty() {
-                    let before = rest.len();
-                    let (tag, wire) = prost::encoding::decode_key(&mut rest).expect("valid");
-                    let value_at = at + (before - rest.len());
-                    match wire {
-                        prost::encoding::WireType::SixtyFourBit => {
-                            if tag == 7 || tag == 8 {
-                                times.push(value_at);
-                            }
-                            rest = &rest[8..];
-                        }
-                        prost::encoding::WireType::Varint => {
-                            prost::encoding::decode_varint(&mut rest).expect("valid");
-                        }
-                        prost::encoding::WireType::ThirtyTwoBit => rest = &rest[4..],
-                        prost::encoding::WireType::LengthDelimited => {
-                            let len =
-                                prost::encoding::decode_varint(&mut rest).expect("valid") as usize;
-                            rest = &rest[len..];
-                        }
-                        _ => panic!("groups"),
-                    }
-                    at = span_end - rest.len();
-                }
-                stamps.push((id, times[0], times[1]));
-            }
-        }
-    }
-    Encoded { body, stamps }
-}
-
-impl Encoded {
-    /// A copy stamped for send number `round`: span ids and times moved on.
-    fn stamped(&self, round: u64, shift_ns: u64) -> Bytes {
-        let mut body = self.body.clone();
-        for (i, &(id, start, end)) in self.stamps.iter().enumerate() {
-            let span_id = (round << 24 | i as u64).to_be_bytes();
-            body[id..id + 8].copy_from_slice(&span_id);
-            for at in [start, end] {
-                let t = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
-                body[at..at + 8].copy_from_slice(&(t + shift_ns).to_le_bytes());
-            }
-        }
-        Bytes::from(body)
-    }
-}
-
 async fn run(o: Options) {
-    let bodies: Arc<Vec<Encoded>> = Arc::new(
+    let bodies: Arc<Vec<workload::Encoded>> = Arc::new(
         (0..o.requests)
-            .map(|n| encode(n, o.clients, o.batch))
+            .map(|n| workload::Encoded::new(n, o.clients, o.batch))
             .collect(),
     );
     let channel = tonic::transport::Endpoint::from_shared(o.endpoint.clone())
@@ -249,7 +153,7 @@ async fn run(o: Options) {
                 }
                 // Each pass over the pre-encoded requests moves time on by their whole span.
                 let round = (n / bodies.len()) as u64;
-                let body = bodies[n % bodies.len()].stamped(n as u64, round * span_ns);
+                let body = Bytes::from(bodies[n % bodies.len()].stamped(n as u64, round * span_ns));
                 n += o_concurrency;
                 let t = Instant::now();
                 if sender.send(body).await {

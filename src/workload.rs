@@ -8,6 +8,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::encoding::{decode_key, decode_varint, WireType};
+use prost::Message;
+use std::ops::Range;
 
 /// Span times start here (2023-11-14T22:13:20Z), one millisecond apart.
 pub const T0: u64 = 1_700_000_000_000_000_000;
@@ -133,6 +136,93 @@ pub fn request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequ
     }
 }
 
+/// A request of the workload encoded once, with where its spans' ids and times stand, so
+/// that every send can stamp new ones (fresh span ids, later times) into a copy without
+/// re-encoding: a real fleet never sends the same span twice, and a benchmark that replays
+/// old spans measures the tracker's duplicate and out-of-order paths instead of its
+/// steady state.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    body: Vec<u8>,
+    /// For each span: where its span id, start time and end time are.
+    stamps: Vec<[usize; 3]>,
+}
+
+impl Encoded {
+    /// Request `n` of the workload (see [`request`]).
+    pub fn new(n: usize, clients: usize, spans: usize) -> Encoded {
+        let body = request(n, clients, spans).encode_to_vec();
+        let mut stamps = Vec::with_capacity(spans);
+        for rs in fields(&body, 0..body.len(), 1) {
+            for ss in fields(&body, rs, 2) {
+                for span in fields(&body, ss, 2) {
+                    let at = |number: u32| {
+                        fields(&body, span.clone(), number)
+                            .next()
+                            .map(|r| r.start)
+                            .expect("the workload writes it")
+                    };
+                    stamps.push([at(2), at(7), at(8)]);
+                }
+            }
+        }
+        Encoded { body, stamps }
+    }
+
+    /// The encoded request as built.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// A copy for send number `send`: span ids made unique to it, times moved on by `shift`
+    /// nanoseconds.
+    pub fn stamped(&self, send: u64, shift: u64) -> Vec<u8> {
+        let mut body = self.body.clone();
+        for (i, &[id, start, end]) in self.stamps.iter().enumerate() {
+            body[id..id + 8].copy_from_slice(&(send << 24 | i as u64).to_be_bytes());
+            for at in [start, end] {
+                let mut t = [0; 8];
+                t.copy_from_slice(&body[at..at + 8]);
+                body[at..at + 8].copy_from_slice(&(u64::from_le_bytes(t) + shift).to_le_bytes());
+            }
+        }
+        body
+    }
+}
+
+/// Where the values of the fields numbered `wanted` stand in the message at `within`: the
+/// bytes of a length-delimited field, the eight bytes of a fixed64. Panics on broken
+/// framing (the workload's own encoding is never broken).
+fn fields(
+    buf: &[u8],
+    within: Range<usize>,
+    wanted: u32,
+) -> impl Iterator<Item = Range<usize>> + '_ {
+    let end = within.end;
+    let mut rest = &buf[within];
+    std::iter::from_fn(move || loop {
+        if rest.is_empty() {
+            return None;
+        }
+        let (number, wire) = decode_key(&mut rest).expect("valid framing");
+        let len = match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).expect("valid framing");
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => decode_varint(&mut rest).expect("valid framing") as usize,
+            _ => panic!("no groups in OTLP"),
+        };
+        let start = end - rest.len();
+        rest = &rest[len..];
+        if number == wanted {
+            return Some(start..start + len);
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +243,24 @@ mod tests {
             .count();
         assert_eq!(failing, 20, "a fifth fail");
         assert!(spans.iter().all(|s| (8..=10).contains(&s.attributes.len())));
+    }
+
+    #[test]
+    fn a_stamped_copy_has_new_ids_and_later_times() {
+        let encoded = Encoded::new(3, 16, 100);
+        let original = request(3, 16, 100);
+        let copy =
+            ExportTraceServiceRequest::decode(&encoded.stamped(7, 5_000)[..]).expect("valid");
+        let (a, b) = (
+            &original.resource_spans[0].scope_spans[0].spans,
+            &copy.resource_spans[0].scope_spans[0].spans,
+        );
+        assert_eq!(a.len(), b.len());
+        for (i, (a, b)) in a.iter().zip(b).enumerate() {
+            assert_eq!(b.span_id, (7u64 << 24 | i as u64).to_be_bytes());
+            assert_eq!(b.start_time_unix_nano, a.start_time_unix_nano + 5_000);
+            assert_eq!(b.end_time_unix_nano, a.end_time_unix_nano + 5_000);
+            assert_eq!(b.attributes, a.attributes);
+        }
     }
 }
