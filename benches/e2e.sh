@@ -4,10 +4,13 @@
 # at full speed, the server's CPU-seconds per million spans (from /proc/<pid>/stat, so a
 # load generator sharing the machine does not skew it), its peak RSS, and the p50/p99 export
 # latency at half of the maximum rate.
-#   benches/e2e.sh [SECONDS]        (default 10 seconds a run)
+#   benches/e2e.sh [SECONDS [LOADGEN OPTIONS...]]   (default 10 seconds a run)
+# e.g. `benches/e2e.sh 5 --clients 16` for a fleet whose tracker state stays in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
+shift || true
+extra=("$@")
 cargo build --release --quiet
 cargo build --release --quiet --example loadgen
 work=$(mktemp -d)
@@ -33,12 +36,12 @@ for transport in grpc http; do
   port=$grpc; [[ $transport == http ]] && port=$http
   before=$(cpu)
   full=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
-    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 | tail -1)
+    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 "${extra[@]}" | tail -1)
   after=$(cpu)
   spans=$(field "$full" spans); rate=$(field "$full" spans_per_sec)
   cpu_per_m=$(awk -v c=$((after - before)) -v t="$ticks" -v s="$spans" 'BEGIN { printf "%.3f", c / t / (s / 1e6) }')
   half=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
-    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 \
+    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 "${extra[@]}" \
     --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')" | tail -1)
   rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
   printf '%-6s %12s %16s %10s %8s us %8s us\n' "$transport" "$rate" "$cpu_per_m" "$rss" \
