@@ -1,12 +1,16 @@
-//! The admin endpoint: `/metrics` (Prometheus text exposition), `/healthz`, `/readyz`.
+//! The admin endpoint: `/metrics` (Prometheus text exposition), `/healthz`, `/readyz`,
+//! `/api/v1/alerts`. With `admin.auth` tokens, everything but the two probes requires one
+//! (401 otherwise: Prometheus sends it with `authorization: { credentials: … }`).
 //!
 //! Edge. A read of `/metrics` (or of `/api/v1/alerts`, the firing alerts) first settles every
 //! pending verdict, so it shows every attempt received before it, each counted once, and
 //! counters never go down.
 
+use crate::access::Tokens;
 use crate::receiver::Pipeline;
-use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
@@ -19,13 +23,32 @@ struct Admin {
     ready: Arc<AtomicBool>,
 }
 
-/// The admin router. `ready` is true while the receivers accept data.
-pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>) -> Router {
-    Router::new()
+/// The admin router. `ready` is true while the receivers accept data; `tokens` guard
+/// everything but the probes.
+pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>, tokens: Arc<Tokens>) -> Router {
+    let guarded = Router::new()
         .route("/metrics", get(metrics))
+        .route("/api/v1/alerts", get(alerts))
+        .route_layer(middleware::from_fn(move |request: Request, next: Next| {
+            let tokens = Arc::clone(&tokens);
+            async move {
+                let authorization = request.headers().get(header::AUTHORIZATION);
+                if tokens.admit(authorization.map(HeaderValue::as_bytes)) {
+                    next.run(request).await
+                } else {
+                    (
+                        StatusCode::UNAUTHORIZED,
+                        [(header::WWW_AUTHENTICATE, "Bearer")],
+                        "a bearer token is required\n",
+                    )
+                        .into_response()
+                }
+            }
+        }));
+    Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/api/v1/alerts", get(alerts))
+        .merge(guarded)
         .with_state(Admin { pipeline, ready })
 }
 

@@ -8,6 +8,7 @@
 //! (`exporters.otlp.drain_timeout`), and the admin endpoint stops last so a final scrape can
 //! still see the counts.
 
+use crate::access::{Limit, Tokens};
 use crate::admin;
 use crate::alert;
 use crate::config::{AlertmanagerConfig, Config};
@@ -63,6 +64,9 @@ pub struct Server {
     /// Forwards the tagged spans, when an exporter is configured.
     sender: Option<JoinHandle<()>>,
     drain_timeout: Duration,
+    /// The receivers' and the admin endpoint's bearer tokens: token files are re-read on
+    /// reload.
+    tokens: [Arc<Tokens>; 2],
 }
 
 /// Logs and counts one document load.
@@ -107,6 +111,14 @@ impl Server {
     /// # Errors
     /// When a port cannot be bound; nothing has been spawned then.
     pub async fn start(config: &Config) -> anyhow::Result<Server> {
+        let receiver_tokens = Arc::new(
+            Tokens::load(&config.receivers.otlp.auth, &config.base_dir)
+                .map_err(|e| anyhow::anyhow!("receivers.otlp.auth: {e}"))?,
+        );
+        let admin_tokens = Arc::new(
+            Tokens::load(&config.admin.auth, &config.base_dir)
+                .map_err(|e| anyhow::anyhow!("admin.auth: {e}"))?,
+        );
         let grpc_listener = bind(config.receivers.otlp.grpc.endpoint, "OTLP/gRPC").await?;
         let http_listener = bind(config.receivers.otlp.http.endpoint, "OTLP/HTTP").await?;
         let admin_listener = bind(config.admin.endpoint, "admin").await?;
@@ -149,6 +161,8 @@ impl Server {
         let trace_service = grpc::TraceService::new(
             Arc::clone(&pipeline),
             mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
+            Arc::clone(&receiver_tokens),
+            Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
         );
         let grpc_stop = stopped(rx_stop.clone());
         let grpc_task = tokio::spawn(async move {
@@ -168,6 +182,8 @@ impl Server {
         let http_router = http::router(
             Arc::clone(&pipeline),
             mib(config.receivers.otlp.http.max_request_body_size_mib),
+            Arc::clone(&receiver_tokens),
+            Limit::new(config.receivers.otlp.http.max_concurrent_requests),
         );
         let http_stop = stopped(rx_stop);
         let http_task = tokio::spawn(async move {
@@ -182,7 +198,11 @@ impl Server {
             }
         });
 
-        let admin_router = admin::router(Arc::clone(&pipeline), Arc::clone(&ready));
+        let admin_router = admin::router(
+            Arc::clone(&pipeline),
+            Arc::clone(&ready),
+            Arc::clone(&admin_tokens),
+        );
         let admin_task = tokio::spawn(async move {
             let result = axum::serve(admin_listener, admin_router)
                 .with_graceful_shutdown(stopped(admin_stop))
@@ -242,6 +262,7 @@ impl Server {
                 .otlp
                 .as_ref()
                 .map_or(DRAIN_DEADLINE, |o| o.drain_timeout),
+            tokens: [receiver_tokens, admin_tokens],
         };
         server.start_watchers();
         Ok(server)
@@ -284,6 +305,18 @@ impl Server {
     /// tracker's state is kept: earlier refusals are still remembered. Other keys (ports,
     /// limits) need a restart.
     pub fn reload(&self, config: &Config) {
+        for (tokens, what) in self
+            .tokens
+            .iter()
+            .zip(["receivers.otlp.auth", "admin.auth"])
+        {
+            match tokens.reload() {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "{what}: token files not reloaded; the previous tokens stay in force.")
+                }
+            }
+        }
         let (interfaces, documents, reports) = loader::load_local(config);
         for report in &reports {
             record_load(&self.pipeline, report);

@@ -84,7 +84,25 @@ pub struct OtlpReceivers {
     pub grpc: GrpcReceiver,
     /// OTLP/HTTP.
     pub http: HttpReceiver,
+    /// Bearer tokens both receivers require; none: no authentication.
+    pub auth: AuthConfig,
 }
+
+/// `receivers.otlp.auth` and `admin.auth`: the bearer tokens accepted. With none,
+/// authentication is off.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Tokens, inline.
+    pub tokens: Vec<String>,
+    /// Files holding one token each (surrounding whitespace ignored), relative to the
+    /// configuration file; read at start and again on SIGHUP, so a token can be rotated
+    /// without a restart.
+    pub token_files: Vec<std::path::PathBuf>,
+}
+
+/// The default concurrency limit of each receiver.
+const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
 
 /// `receivers.otlp.grpc`.
 #[derive(Debug, Clone, Deserialize)]
@@ -95,6 +113,8 @@ pub struct GrpcReceiver {
     pub endpoint: SocketAddr,
     /// The largest request message accepted, after decompression, in MiB.
     pub max_recv_msg_size_mib: u64,
+    /// Requests in flight at once; past it, `UNAVAILABLE` with a retry hint.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for GrpcReceiver {
@@ -102,6 +122,7 @@ impl Default for GrpcReceiver {
         GrpcReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4317)),
             max_recv_msg_size_mib: 4,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
         }
     }
 }
@@ -115,6 +136,8 @@ pub struct HttpReceiver {
     pub endpoint: SocketAddr,
     /// The largest request body accepted, in MiB, both as sent and after gzip inflation.
     pub max_request_body_size_mib: u64,
+    /// Requests in flight at once; past it, 503 with `Retry-After`.
+    pub max_concurrent_requests: usize,
 }
 
 impl Default for HttpReceiver {
@@ -122,6 +145,7 @@ impl Default for HttpReceiver {
         HttpReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_body_size_mib: 20,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
         }
     }
 }
@@ -133,12 +157,16 @@ pub struct Admin {
     /// Where to listen.
     #[serde(deserialize_with = "socket_addr")]
     pub endpoint: SocketAddr,
+    /// Bearer tokens the admin endpoint requires (except `/healthz` and `/readyz`); none:
+    /// no authentication.
+    pub auth: AuthConfig,
 }
 
 impl Default for Admin {
     fn default() -> Self {
         Admin {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 9464)),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -501,6 +529,20 @@ impl Config {
                 "receivers.otlp.grpc.max_recv_msg_size_mib".into(),
                 "must be at least 1",
             );
+        }
+        for (key, n) in [
+            (
+                "receivers.otlp.grpc.max_concurrent_requests",
+                self.receivers.otlp.grpc.max_concurrent_requests,
+            ),
+            (
+                "receivers.otlp.http.max_concurrent_requests",
+                self.receivers.otlp.http.max_concurrent_requests,
+            ),
+        ] {
+            if n == 0 {
+                return invalid(key.into(), "must be at least 1");
+            }
         }
         if self.tracker.max_keys == 0 {
             return invalid("tracker.max_keys".into(), "must be at least 1");

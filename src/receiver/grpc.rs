@@ -4,8 +4,11 @@
 //! the raw message bytes to the shared ingest path instead of decoding them with prost, so
 //! gRPC and HTTP reach the same decoder and one broken span does not fail its request.
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
+//! A request without a valid bearer token (when tokens are configured) is answered
+//! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`.
 
 use super::{Encoding, IngestError, Pipeline, Transport};
+use crate::access::{Limit, Tokens};
 use crate::export::EXPORT_PATH;
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -66,15 +69,26 @@ impl Codec for RawCodec {
 pub struct TraceService {
     pipeline: Arc<Pipeline>,
     max_message_bytes: usize,
+    tokens: Arc<Tokens>,
+    concurrency: Limit,
 }
 
 impl TraceService {
     /// A service that feeds `pipeline`, refusing messages over `max_message_bytes` after
-    /// decompression with `RESOURCE_EXHAUSTED`.
-    pub fn new(pipeline: Arc<Pipeline>, max_message_bytes: usize) -> TraceService {
+    /// decompression with `RESOURCE_EXHAUSTED`, requests without one of `tokens` with
+    /// `UNAUTHENTICATED`, and requests over the `concurrency` limit with `UNAVAILABLE`
+    /// and a `RetryInfo`.
+    pub fn new(
+        pipeline: Arc<Pipeline>,
+        max_message_bytes: usize,
+        tokens: Arc<Tokens>,
+        concurrency: Limit,
+    ) -> TraceService {
         TraceService {
             pipeline,
             max_message_bytes,
+            tokens,
+            concurrency,
         }
     }
 }
@@ -104,17 +118,7 @@ fn export(
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
     let summary = pipeline
         .handle(Transport::Grpc, body, Encoding::Protobuf)
-        .map_err(|e| match e {
-            IngestError::Overloaded { retry_after, .. } => {
-                use tonic_types::{ErrorDetails, StatusExt};
-                Status::with_error_details(
-                    e.grpc_code(),
-                    e.to_string(),
-                    ErrorDetails::with_retry_info(Some(retry_after)),
-                )
-            }
-            e => Status::new(e.grpc_code(), e.to_string()),
-        })?;
+        .map_err(|e| status(&e))?;
     let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
         error_message: super::http::rejected_message(summary.rejected),
@@ -122,6 +126,19 @@ fn export(
     Ok(tonic::Response::new(ExportTraceServiceResponse {
         partial_success,
     }))
+}
+
+/// The gRPC status of an error, with a `RetryInfo` when the sender should retry.
+fn status(e: &IngestError) -> Status {
+    use tonic_types::{ErrorDetails, StatusExt};
+    match e.retry_after() {
+        Some(after) => Status::with_error_details(
+            e.grpc_code(),
+            e.to_string(),
+            ErrorDetails::with_retry_info(Some(after)),
+        ),
+        None => Status::new(e.grpc_code(), e.to_string()),
+    }
 }
 
 impl<B> Service<http::Request<B>> for TraceService
@@ -140,9 +157,30 @@ where
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let pipeline = Arc::clone(&self.pipeline);
         let limit = self.max_message_bytes;
+        let authorization = req.headers().get(http::header::AUTHORIZATION);
+        let admitted = self
+            .tokens
+            .admit(authorization.map(http::HeaderValue::as_bytes));
+        // Taken before the message is read: reading it counts against the limit too.
+        let permit = admitted.then(|| self.concurrency.try_enter()).flatten();
         Box::pin(async move {
             if req.uri().path() != EXPORT_PATH {
                 return Ok(Status::unimplemented("only TraceService/Export is served").into_http());
+            }
+            let refused = if !admitted {
+                Some(IngestError::Unauthenticated)
+            } else if permit.is_none() {
+                Some(IngestError::Busy {
+                    retry_after: crate::export::RETRY_HINT,
+                })
+            } else {
+                None
+            };
+            if let Some(e) = refused {
+                pipeline
+                    .metrics()
+                    .refused_request(Transport::Grpc, e.reason());
+                return Ok(status(&e).into_http());
             }
             let mut accept = EnabledCompressionEncodings::default();
             accept.enable(CompressionEncoding::Gzip);

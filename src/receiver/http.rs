@@ -2,13 +2,16 @@
 //!
 //! Edge. It checks method, media type and encoding, reads the body up to the limit (and
 //! inflates gzip up to the same limit, so a small bomb never grows past it in memory), and
-//! hands the bytes to the shared ingest path. An oversized body is refused with 413 after the
+//! hands the bytes to the shared ingest path. Before any of that, a request without a valid
+//! bearer token (when tokens are configured) is answered 401, and one over the concurrency
+//! limit 503 with `Retry-After`. An oversized body is refused with 413 after the
 //! rest of it is read and discarded (bounded), so the client reads the answer instead of a
 //! broken connection it would retry. Answers follow OTLP/HTTP: 200 with an
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
 //! `google.rpc.Status` body; 405 for other methods; 404 for other signals and paths.
 
 use super::{Encoding, IngestError, Pipeline, Transport};
+use crate::access::{Limit, Tokens};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -37,19 +40,51 @@ struct RpcStatus {
 struct Receiver {
     pipeline: Arc<Pipeline>,
     limit: usize,
+    tokens: Arc<Tokens>,
+    concurrency: Limit,
 }
 
 /// The router of the OTLP/HTTP receiver. `limit` is the largest body, in bytes, both as
-/// sent and after inflation.
-pub fn router(pipeline: Arc<Pipeline>, limit: usize) -> Router {
+/// sent and after inflation; `tokens` who may send; `concurrency` how many at once.
+pub fn router(
+    pipeline: Arc<Pipeline>,
+    limit: usize,
+    tokens: Arc<Tokens>,
+    concurrency: Limit,
+) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
         .fallback(|| async { (StatusCode::NOT_FOUND, "only /v1/traces is served\n") })
-        .with_state(Receiver { pipeline, limit })
+        .with_state(Receiver {
+            pipeline,
+            limit,
+            tokens,
+            concurrency,
+        })
 }
 
 async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
-    let encoding = match media_type(request.headers()) {
+    let media = media_type(request.headers());
+    // Errors are answered in the request's encoding when it has a known one.
+    let answer_in = *media.as_ref().unwrap_or(&Encoding::Protobuf);
+    let authorization = request.headers().get(header::AUTHORIZATION);
+    if !rx.tokens.admit(authorization.map(HeaderValue::as_bytes)) {
+        drain(request.into_body(), rx.limit).await;
+        let mut response = refuse(&rx, answer_in, &IngestError::Unauthenticated);
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    // Held until the answer is built: body reading counts against the limit too.
+    let Some(_permit) = rx.concurrency.try_enter() else {
+        drain(request.into_body(), rx.limit).await;
+        let busy = IngestError::Busy {
+            retry_after: crate::export::RETRY_HINT,
+        };
+        return refuse(&rx, answer_in, &busy);
+    };
+    let encoding = match media {
         Ok(e) => e,
         Err(e) => return refuse(&rx, Encoding::Protobuf, &e),
     };
@@ -194,7 +229,7 @@ fn answer_error(encoding: Encoding, e: &IngestError) -> Response {
     };
     let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = respond(code, encoding, body);
-    if let IngestError::Overloaded { retry_after, .. } = e {
+    if let Some(retry_after) = e.retry_after() {
         if let Ok(v) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
         }

@@ -75,6 +75,15 @@ pub enum IngestError {
     /// The gzip stream is corrupt.
     #[error("invalid gzip body: {0}")]
     BadGzip(String),
+    /// No valid bearer token.
+    #[error("missing or invalid bearer token")]
+    Unauthenticated,
+    /// The receiver has `max_concurrent_requests` in flight: retry after the hint.
+    #[error("too many requests in flight; retry after {}s", retry_after.as_secs())]
+    Busy {
+        /// How long the sender should wait.
+        retry_after: std::time::Duration,
+    },
     /// The export queue is full: retry after the hint (OTLP's retryable answer).
     #[error("the export queue is full; retry after {}s", retry_after.as_secs())]
     Overloaded {
@@ -86,6 +95,16 @@ pub enum IngestError {
 }
 
 impl IngestError {
+    /// How long the sender should wait before retrying, when it should.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            IngestError::Overloaded { retry_after, .. } | IngestError::Busy { retry_after } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+
     /// The `reason` label for refused requests.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -95,6 +114,8 @@ impl IngestError {
             IngestError::UnsupportedEncoding(_) => "unsupported_encoding",
             IngestError::BadGzip(_) => "bad_gzip",
             IngestError::Overloaded { .. } => "queue_full",
+            IngestError::Unauthenticated => "unauthenticated",
+            IngestError::Busy { .. } => "concurrency_limit",
         }
     }
 
@@ -104,7 +125,8 @@ impl IngestError {
             IngestError::Malformed { .. } | IngestError::BadGzip(_) => 400,
             IngestError::TooLarge { .. } => 413,
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
-            IngestError::Overloaded { .. } => 503,
+            IngestError::Overloaded { .. } | IngestError::Busy { .. } => 503,
+            IngestError::Unauthenticated => 401,
         }
     }
 
@@ -113,7 +135,8 @@ impl IngestError {
         match self {
             IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
             IngestError::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
-            IngestError::Overloaded { .. } => tonic::Code::Unavailable,
+            IngestError::Overloaded { .. } | IngestError::Busy { .. } => tonic::Code::Unavailable,
+            IngestError::Unauthenticated => tonic::Code::Unauthenticated,
             _ => tonic::Code::InvalidArgument,
         }
     }
