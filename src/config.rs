@@ -298,6 +298,10 @@ pub struct MetricsConfig {
     pub max_clients: usize,
     /// Distinct `interface` label values; past the cap the value is `__overflow__`.
     pub max_interfaces: usize,
+    /// A (client, interface) pair with no attempt counted this long loses its series and
+    /// frees its names' places under the caps; 0 keeps series forever.
+    #[serde(deserialize_with = "duration")]
+    pub series_ttl: Duration,
 }
 
 impl Default for MetricsConfig {
@@ -305,6 +309,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             max_clients: 1000,
             max_interfaces: 500,
+            series_ttl: Duration::from_secs(3600),
         }
     }
 }

@@ -4,17 +4,21 @@
 //! its counters are created lazily, once, and then only incremented — `with_label_values`
 //! (a lock and a hash) runs once per series, never per span. Label values are capped:
 //! past `max_clients` client names or `max_interfaces` interface names the value is
-//! `__overflow__`, counted in `refusal_gate_label_overflow_total`.
+//! `__overflow__`, counted in `refusal_gate_label_overflow_total`. A pair with no attempt
+//! counted for `series_ttl` is expired: its series leave `/metrics`, its names free their
+//! places under the caps, and its id is reused (an id carries a generation, so a stale one
+//! is never taken for its successor), counted in `refusal_gate_series_expired_total`.
 
 use crate::classify::Kind;
 use crate::config::MetricsConfig;
 use crate::receiver::Transport;
 use crate::tracker::{Event, Violation};
-use foldhash::{HashMap, HashSet};
+use foldhash::HashMap;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 /// The label value that stands for every value past a cap.
@@ -22,20 +26,39 @@ pub const OVERFLOW: &str = "__overflow__";
 
 /// The counters of one (client, interface) pair, created on first use.
 struct Pair {
+    /// Its id: slot and generation.
+    id: u32,
+    /// Its key in [`Names::pairs`] (hashes, 0 for an overflowed name).
+    key: (u64, u64),
     client: Arc<str>,
     interface: Arc<str>,
+    /// The coarse clock (seconds) when an attempt of it was last counted.
+    last_seen: AtomicU64,
     attempts: [OnceLock<IntCounter>; Kind::ALL.len()],
     violations: [OnceLock<IntCounter>; Violation::ALL.len()],
     discovery_reads: OnceLock<IntCounter>,
     honored: OnceLock<IntCounter>,
 }
 
-/// Which pair each (client, interface) hash has, and which names were admitted under the caps.
+/// Bits of a pair id that name its slot; the rest is the slot's generation.
+const SLOT_BITS: u32 = 24;
+
+/// A place for a pair; its generation grows each time its pair expires.
+#[derive(Default)]
+struct Slot {
+    generation: u32,
+    pair: Option<Arc<Pair>>,
+}
+
+/// Which pair each (client, interface) hash has, and how many live pairs use each admitted
+/// name (a name's place under its cap is freed when the last one expires).
 #[derive(Default)]
 struct Names {
     pairs: HashMap<(u64, u64), u32>,
-    clients: HashSet<u64>,
-    interfaces: HashSet<u64>,
+    clients: HashMap<u64, u32>,
+    interfaces: HashMap<u64, u32>,
+    /// Slots of expired pairs, to reuse.
+    free: Vec<u32>,
 }
 
 /// All of refusal-gate's metrics.
@@ -43,8 +66,12 @@ pub struct Metrics {
     registry: Registry,
     config: MetricsConfig,
     names: Mutex<Names>,
-    // Read on every recorded event, written once per new pair: a RwLock keeps readers apart.
-    pairs: RwLock<Vec<Arc<Pair>>>,
+    // Read on every recorded event, written once per new or expired pair: a RwLock keeps
+    // readers apart.
+    pairs: RwLock<Vec<Slot>>,
+    /// Seconds, advanced by [`Metrics::tick`]: what `last_seen` is stamped with.
+    clock: AtomicU64,
+    series_expired: IntCounter,
     attempts: IntCounterVec,
     violations: IntCounterVec,
     discovery_reads: IntCounterVec,
@@ -138,6 +165,13 @@ impl Metrics {
             "Keys the tracker forgot, by reason.",
             &["reason"],
         );
+        let series_expired = IntCounter::new(
+            "refusal_gate_series_expired_total",
+            "(client, interface) pairs whose series were removed after series_ttl without an attempt.",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(series_expired.clone()))
+            .expect("each metric is registered once");
         let label_overflow = counter_vec(
             &r,
             "refusal_gate_label_overflow_total",
@@ -230,6 +264,8 @@ impl Metrics {
             config: config.clone(),
             names: Mutex::new(Names::default()),
             pairs: RwLock::new(Vec::new()),
+            clock: AtomicU64::new(0),
+            series_expired,
             attempts,
             violations,
             discovery_reads,
@@ -251,7 +287,8 @@ impl Metrics {
     }
 
     /// The id of the (client, interface) pair, by the hashes of their names; the names are
-    /// copied only the first time. Applies the label caps.
+    /// copied only the first time. Applies the label caps: a name past its cap shares the
+    /// `__overflow__` pair, and is admitted later if a place frees up.
     pub fn labels(
         &self,
         client_hash: u64,
@@ -263,30 +300,27 @@ impl Metrics {
         if let Some(id) = names.pairs.get(&(client_hash, interface_hash)) {
             return *id;
         }
-        let admit = |set: &mut HashSet<u64>, hash: u64, cap: usize, label: &str| {
-            if set.contains(&hash) || set.len() < cap {
-                set.insert(hash);
-                true
-            } else {
+        let admit = |set: &HashMap<u64, u32>, hash: u64, cap: usize, label: &str| {
+            let ok = set.contains_key(&hash) || set.len() < cap;
+            if !ok {
                 self.label_overflow.with_label_values(&[label]).inc();
-                false
             }
+            ok
         };
         let client_ok = admit(
-            &mut names.clients,
+            &names.clients,
             client_hash,
             self.config.max_clients,
             "client",
         );
         let interface_ok = admit(
-            &mut names.interfaces,
+            &names.interfaces,
             interface_hash,
             self.config.max_interfaces,
             "interface",
         );
-        let client = if client_ok { client } else { OVERFLOW };
-        let interface = if interface_ok { interface } else { OVERFLOW };
-        // Overflowed names share the pair of their overflow value, so the table stays bounded.
+        // Overflowed names share the pair of their overflow value and are not remembered
+        // one by one, so a flood of new names costs no memory.
         let key = (
             if client_ok { client_hash } else { 0 },
             if interface_ok { interface_hash } else { 0 },
@@ -294,21 +328,31 @@ impl Metrics {
         if let Some(id) = names.pairs.get(&key) {
             return *id;
         }
+        if client_ok {
+            *names.clients.entry(client_hash).or_default() += 1;
+        }
+        if interface_ok {
+            *names.interfaces.entry(interface_hash).or_default() += 1;
+        }
         let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
-        let id = u32::try_from(pairs.len()).unwrap_or(u32::MAX);
-        pairs.push(Arc::new(Pair {
-            client: Arc::from(client),
-            interface: Arc::from(interface),
+        let slot = names.free.pop().unwrap_or_else(|| {
+            pairs.push(Slot::default());
+            u32::try_from(pairs.len() - 1).unwrap_or(u32::MAX)
+        });
+        let place = &mut pairs[slot as usize];
+        let id = slot | (place.generation << SLOT_BITS);
+        place.pair = Some(Arc::new(Pair {
+            id,
+            key,
+            client: Arc::from(if client_ok { client } else { OVERFLOW }),
+            interface: Arc::from(if interface_ok { interface } else { OVERFLOW }),
+            last_seen: AtomicU64::new(self.clock.load(Ordering::Relaxed)),
             attempts: Default::default(),
             violations: Default::default(),
             discovery_reads: OnceLock::new(),
             honored: OnceLock::new(),
         }));
         names.pairs.insert(key, id);
-        if key != (client_hash, interface_hash) {
-            // Count every later attempt of this overflowed name as overflow too.
-            names.pairs.insert((client_hash, interface_hash), id);
-        }
         id
     }
 
@@ -316,8 +360,87 @@ impl Metrics {
         self.pairs
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(id as usize)
+            .get((id & ((1 << SLOT_BITS) - 1)) as usize)
+            .and_then(|slot| slot.pair.as_ref())
+            .filter(|p| p.id == id)
             .cloned()
+    }
+
+    /// Advances the coarse clock pairs are stamped with (Unix seconds).
+    fn tick(&self, now_secs: u64) {
+        self.clock.store(now_secs, Ordering::Relaxed);
+    }
+
+    /// The periodic sweep at `now_secs` (Unix seconds): advances the clock and expires the
+    /// pairs with no attempt counted for `series_ttl` (when it is not 0). Returns how many
+    /// expired.
+    pub fn sweep(&self, now_secs: u64) -> usize {
+        self.tick(now_secs);
+        let ttl = self.config.series_ttl.as_secs();
+        if self.config.series_ttl.is_zero() {
+            return 0;
+        }
+        self.expire_series(ttl.max(1))
+    }
+
+    /// Expires the pairs with no attempt counted for `ttl` seconds: removes their series,
+    /// frees their names' places under the caps and their ids. Returns how many expired.
+    fn expire_series(&self, ttl: u64) -> usize {
+        let now = self.clock.load(Ordering::Relaxed);
+        let mut guard = self.names.lock().unwrap_or_else(PoisonError::into_inner);
+        let names = &mut *guard;
+        let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
+        let mut expired = 0;
+        for (slot, place) in pairs.iter_mut().enumerate() {
+            let Some(p) = place.pair.as_ref() else {
+                continue;
+            };
+            if p.last_seen.load(Ordering::Relaxed).saturating_add(ttl) > now {
+                continue;
+            }
+            let p = Arc::clone(p);
+            let (c, i) = (&*p.client, &*p.interface);
+            for kind in Kind::ALL {
+                if p.attempts[kind as usize].get().is_some() {
+                    let _ = self.attempts.remove_label_values(&[
+                        c,
+                        i,
+                        kind.class().as_str(),
+                        kind.as_str(),
+                    ]);
+                }
+            }
+            for v in Violation::ALL {
+                if p.violations[v as usize].get().is_some() {
+                    let _ = self.violations.remove_label_values(&[c, i, v.as_str()]);
+                }
+            }
+            if p.discovery_reads.get().is_some() {
+                let _ = self.discovery_reads.remove_label_values(&[c, i]);
+            }
+            if p.honored.get().is_some() {
+                let _ = self.honored.remove_label_values(&[c, i]);
+            }
+            names.pairs.remove(&p.key);
+            for (set, hash) in [
+                (&mut names.clients, p.key.0),
+                (&mut names.interfaces, p.key.1),
+            ] {
+                if let Some(n) = set.get_mut(&hash) {
+                    *n -= 1;
+                    if *n == 0 {
+                        set.remove(&hash);
+                    }
+                }
+            }
+            // The next pair in this slot has a new id: a stale id finds nothing.
+            place.pair = None;
+            place.generation = (place.generation + 1) & ((1 << (32 - SLOT_BITS)) - 1);
+            names.free.push(u32::try_from(slot).unwrap_or(u32::MAX));
+            expired += 1;
+        }
+        self.series_expired.inc_by(expired as u64);
+        expired
     }
 
     /// Records what the tracker reported.
@@ -332,6 +455,8 @@ impl Metrics {
                     ..
                 } => {
                     let Some(p) = self.pair(labels) else { continue };
+                    p.last_seen
+                        .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                     let (c, i) = (&p.client, &p.interface);
                     p.attempts[kind as usize]
                         .get_or_init(|| {
@@ -453,5 +578,89 @@ impl Metrics {
         // Encoding into a Vec cannot fail for the text format.
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(labels: u32) -> Event {
+        Event::Counted {
+            operation: None,
+            labels,
+            kind: Kind::Ok,
+            violation: None,
+            discovery_read: false,
+            trace_id: [0; 16],
+            span_id: [0; 8],
+        }
+    }
+
+    fn metrics(series_ttl: u64) -> Metrics {
+        Metrics::new(&MetricsConfig {
+            max_clients: 2,
+            max_interfaces: 10,
+            series_ttl: std::time::Duration::from_secs(series_ttl),
+        })
+    }
+
+    #[test]
+    fn a_flood_of_new_clients_shares_the_overflow_pair_and_costs_no_memory() {
+        let m = metrics(0);
+        let a = m.labels(1, "a", 9, "i");
+        let b = m.labels(2, "b", 9, "i");
+        let overflow = m.labels(3, "c", 9, "i");
+        assert_ne!(a, b);
+        for n in 4..10_000 {
+            assert_eq!(m.labels(n, "hostile", 9, "i"), overflow);
+        }
+        let names = m.names.lock().expect("not poisoned");
+        assert_eq!(
+            names.pairs.len(),
+            3,
+            "a, b and the overflow pair; no name one by one"
+        );
+        assert_eq!(names.clients.len(), 2);
+        drop(names);
+        m.record(&[counted(overflow)]);
+        assert!(m.render().contains("client=\"__overflow__\""));
+    }
+
+    #[test]
+    fn vanished_pairs_expire_free_their_place_and_their_stale_ids_find_nothing() {
+        let m = metrics(60);
+        m.sweep(1_000);
+        let a = m.labels(1, "a", 9, "i");
+        let b = m.labels(2, "b", 9, "i");
+        m.record(&[counted(a), counted(b)]);
+        assert!(m.render().contains("client=\"a\""));
+        m.sweep(1_030);
+        m.record(&[counted(b)]);
+        assert_eq!(
+            m.sweep(1_061),
+            1,
+            "a: no attempt for 61 s; b was seen at 1,030"
+        );
+        let text = m.render();
+        assert!(!text.contains("client=\"a\""), "a's series left /metrics");
+        assert!(text.contains("client=\"b\""));
+        assert!(text.contains("refusal_gate_series_expired_total 1"));
+        // a's place under the cap is free again: a new client gets a label of its own,
+        // in a's slot, with an id a's stale one is not.
+        let c = m.labels(3, "c", 9, "i");
+        assert_ne!(c, a);
+        assert_eq!(
+            c & ((1 << SLOT_BITS) - 1),
+            a & ((1 << SLOT_BITS) - 1),
+            "the slot is reused"
+        );
+        m.record(&[counted(a)]);
+        assert!(
+            !m.render().contains("client=\"a\""),
+            "a stale id counts nothing"
+        );
+        m.record(&[counted(c)]);
+        assert!(m.render().contains("client=\"c\""));
     }
 }

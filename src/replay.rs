@@ -249,6 +249,8 @@ impl Replay {
         let metrics = MetricsConfig {
             max_clients: usize::MAX,
             max_interfaces: usize::MAX,
+            // A replay never sweeps; its report shows every pair.
+            series_ttl: std::time::Duration::ZERO,
         };
         Replay {
             pipeline: Pipeline::new(

@@ -911,9 +911,11 @@ impl Pipeline {
     /// The periodic sweep: settles, counts honored refusals, expires keys.
     pub fn sweep(&self) {
         let mut events = Vec::new();
-        self.tracker.sweep(wall_clock(), &mut events);
+        let now = wall_clock();
+        self.tracker.sweep(now, &mut events);
         self.record(&events);
         self.metrics.set_tracker_keys(self.tracker.keys());
+        self.metrics.sweep(now / 1_000_000_000);
     }
 }
 

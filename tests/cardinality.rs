@@ -1,0 +1,173 @@
+//! Hostile cardinality, black-box: the server binary receives a million spans, each from a
+//! client instance and for a path never seen before, and must stay within its bounds —
+//! resident memory under [`RSS_BOUND_MIB`], tracker keys at most `max_keys`, and `client`
+//! label values at most `max_clients` plus `__overflow__`.
+
+mod common;
+
+use common::{free_port, kv, Reaper};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+use prost::Message;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
+const SPANS: u64 = 1_000_000;
+const BATCH: u64 = 2_000;
+const MAX_KEYS: usize = 100_000;
+const MAX_CLIENTS: usize = 100;
+/// The documented bound (README, "Hostile cardinality"): with `max_keys: 100000`, the
+/// server's resident memory stays under this however many new clients arrive.
+const RSS_BOUND_MIB: u64 = 256;
+
+/// One request of `BATCH` spans, each from its own client instance, for its own path.
+fn batch(n: u64) -> Vec<u8> {
+    let resource_spans = (n * BATCH..(n + 1) * BATCH)
+        .map(|i| ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv(
+                        "service.name",
+                        Value::StringValue(format!("svc-{}", i % 1000)),
+                    ),
+                    kv(
+                        "service.instance.id",
+                        Value::StringValue(format!("pod-{i}")),
+                    ),
+                ],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![common::http_span(
+                    i,
+                    "GET",
+                    &format!("http://api{}.test/items/{i}", i % 50),
+                    if i % 7 == 0 { 404 } else { 200 },
+                )],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    ExportTraceServiceRequest { resource_spans }.encode_to_vec()
+}
+
+fn rss_mib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .expect("a memory figure")
+        / 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_million_new_clients_and_paths_stay_within_the_bounds() {
+    let (http, grpc, admin) = (free_port(), free_port(), free_port());
+    let dir = std::env::temp_dir().join(format!("rg-cardinality-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let config = dir.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
+    http: {{ endpoint: 127.0.0.1:{http} }}
+admin:
+  endpoint: 127.0.0.1:{admin}
+tracker:
+  max_keys: {MAX_KEYS}
+metrics:
+  max_clients: {MAX_CLIENTS}
+"
+        ),
+    )
+    .expect("written");
+    let child = std::process::Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the server starts");
+    let pid = child.id();
+    let _reaper = Reaper(child);
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{admin}");
+    for _ in 0..100 {
+        if client.get(format!("{base}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let mut peak = 0;
+    for n in 0..SPANS / BATCH {
+        let response = client
+            .post(format!("http://127.0.0.1:{http}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(batch(n))
+            .send()
+            .await
+            .expect("the receiver answers");
+        assert_eq!(response.status(), 200, "batch {n}");
+        if n % 50 == 0 {
+            peak = peak.max(rss_mib(pid, "VmRSS:"));
+        }
+    }
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    let hwm = rss_mib(pid, "VmHWM:");
+    println!("a million new clients: peak RSS {hwm} MiB (sampled {peak} MiB)");
+
+    let keys = common::value(&metrics, "refusal_gate_tracker_keys", &[]);
+    assert!(keys <= MAX_KEYS as f64 && keys > 0.0, "tracker keys {keys}");
+    let evicted = common::value(
+        &metrics,
+        "refusal_gate_tracker_evictions_total",
+        &[("reason", "capacity")],
+    );
+    assert!(
+        evicted >= (SPANS as usize - MAX_KEYS) as f64,
+        "evictions counted: {evicted}"
+    );
+    let clients: BTreeSet<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("refusal_gate_attempts_total{"))
+        .filter_map(|l| l.split("client=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(clients.contains("__overflow__"));
+    assert!(
+        clients.len() <= MAX_CLIENTS + 1,
+        "{} client label values",
+        clients.len()
+    );
+    assert!(
+        common::value(
+            &metrics,
+            "refusal_gate_label_overflow_total",
+            &[("label", "client")]
+        ) > 0.0
+    );
+    assert_eq!(
+        common::value(
+            &metrics,
+            "refusal_gate_receiver_accepted_spans_total",
+            &[("transport", "http")]
+        ),
+        SPANS as f64
+    );
+    assert!(hwm < RSS_BOUND_MIB, "peak RSS {hwm} MiB over the bound");
+    std::fs::remove_dir_all(&dir).ok();
+}
