@@ -5,7 +5,10 @@
 //!
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
-//!         [--requests N] [--rate SPANS_PER_SECOND]
+//!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1]
+//!
+//! `--fresh-clients 1` sends every request from a client instance never seen before (the
+//! soak test's churning fleet).
 //!
 //! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
 
@@ -26,6 +29,7 @@ struct Options {
     clients: usize,
     requests: usize,
     rate: f64,
+    fresh_clients: bool,
 }
 
 fn options() -> Options {
@@ -38,6 +42,7 @@ fn options() -> Options {
         clients: 100,
         requests: 512,
         rate: 0.0,
+        fresh_clients: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -56,6 +61,7 @@ fn options() -> Options {
             "--clients" => o.clients = number() as usize,
             "--requests" => o.requests = number() as usize,
             "--rate" => o.rate = number(),
+            "--fresh-clients" => o.fresh_clients = number() != 0.0,
             other => panic!("unknown option {other}"),
         }
     }
@@ -141,6 +147,7 @@ async fn run(o: Options) {
         );
         let batch = o.batch as u64;
         let o_concurrency = o.concurrency;
+        let fresh_clients = o.fresh_clients;
         let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
         tasks.push(tokio::spawn(async move {
             let mut n = worker;
@@ -153,7 +160,13 @@ async fn run(o: Options) {
                 }
                 // Each pass over the pre-encoded requests moves time on by their whole span.
                 let round = (n / bodies.len()) as u64;
-                let body = Bytes::from(bodies[n % bodies.len()].stamped(n as u64, round * span_ns));
+                let encoded = &bodies[n % bodies.len()];
+                let mut body = encoded.stamped(n as u64, round * span_ns);
+                if fresh_clients {
+                    // Every request from an instance never seen before.
+                    encoded.set_instance(&mut body, n as u64);
+                }
+                let body = Bytes::from(body);
                 n += o_concurrency;
                 let t = Instant::now();
                 if sender.send(body).await {

@@ -122,7 +122,7 @@ pub fn request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequ
             resource: Some(Resource {
                 attributes: vec![
                     s("service.name", &format!("agent-{client}")),
-                    s("service.instance.id", &format!("pod-{client}")),
+                    s("service.instance.id", &format!("pod-{client:012}")),
                     s("telemetry.sdk.language", "rust"),
                 ],
                 ..Default::default()
@@ -146,6 +146,8 @@ pub struct Encoded {
     body: Vec<u8>,
     /// For each span: where its span id, start time and end time are.
     stamps: Vec<[usize; 3]>,
+    /// Where the twelve digits of the client's `service.instance.id` are.
+    instance: Range<usize>,
 }
 
 impl Encoded {
@@ -153,6 +155,12 @@ impl Encoded {
     pub fn new(n: usize, clients: usize, spans: usize) -> Encoded {
         let body = request(n, clients, spans).encode_to_vec();
         let mut stamps = Vec::with_capacity(spans);
+        let marker = format!("pod-{:012}", n % clients.max(1));
+        let at = body
+            .windows(marker.len())
+            .position(|w| w == marker.as_bytes())
+            .expect("the workload writes the instance id");
+        let instance = at + 4..at + marker.len();
         for rs in fields(&body, 0..body.len(), 1) {
             for ss in fields(&body, rs, 2) {
                 for span in fields(&body, ss, 2) {
@@ -166,7 +174,18 @@ impl Encoded {
                 }
             }
         }
-        Encoded { body, stamps }
+        Encoded {
+            body,
+            stamps,
+            instance,
+        }
+    }
+
+    /// Makes a stamped copy come from client instance `n` (`pod-` and twelve digits)
+    /// instead: what a fleet whose instances come and go looks like.
+    pub fn set_instance(&self, body: &mut [u8], n: u64) {
+        let digits = format!("{:012}", n % 1_000_000_000_000);
+        body[self.instance.clone()].copy_from_slice(digits.as_bytes());
     }
 
     /// The encoded request as built.
@@ -262,5 +281,18 @@ mod tests {
             assert_eq!(b.end_time_unix_nano, a.end_time_unix_nano + 5_000);
             assert_eq!(b.attributes, a.attributes);
         }
+        let mut body = encoded.stamped(7, 0);
+        encoded.set_instance(&mut body, 42);
+        let moved = ExportTraceServiceRequest::decode(&body[..]).expect("valid");
+        let resource = moved.resource_spans[0]
+            .resource
+            .as_ref()
+            .expect("a resource");
+        assert!(resource
+            .attributes
+            .iter()
+            .any(|kv| kv.key == "service.instance.id"
+                && kv.value.as_ref().and_then(|v| v.value.as_ref())
+                    == Some(&Value::StringValue("pod-000000000042".into()))));
     }
 }
