@@ -83,7 +83,8 @@ fn stages(c: &mut Criterion) {
     g.bench_function("extract_classify", |b| {
         b.iter(|| {
             for span in &spans {
-                let a = extract::extract(client, span).expect("an attempt");
+                let a = extract::extract(client, span, extract::DEFAULT_MAX_ATTRIBUTES)
+                    .expect("an attempt");
                 let (o, _) = classify::outcome(a.family, black_box(&a.signal));
                 black_box(classify::classify(o, Declared::Unknown, true));
             }

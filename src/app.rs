@@ -134,7 +134,8 @@ impl Server {
             Tracker::new(&config.tracker),
             Metrics::new(&config.metrics),
             &config.alerting,
-        );
+        )
+        .with_max_attributes(config.receivers.otlp.max_attributes_per_span);
         let downstream =
             match &config.exporters.otlp {
                 Some(otlp) => {

@@ -77,7 +77,7 @@ pub struct Receivers {
 }
 
 /// `receivers.otlp`: both transports are always served.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OtlpReceivers {
     /// OTLP/gRPC.
@@ -86,6 +86,19 @@ pub struct OtlpReceivers {
     pub http: HttpReceiver,
     /// Bearer tokens both receivers require; none: no authentication.
     pub auth: AuthConfig,
+    /// Attributes read per span (and per resource); the rest are skipped unread.
+    pub max_attributes_per_span: usize,
+}
+
+impl Default for OtlpReceivers {
+    fn default() -> Self {
+        OtlpReceivers {
+            grpc: GrpcReceiver::default(),
+            http: HttpReceiver::default(),
+            auth: AuthConfig::default(),
+            max_attributes_per_span: crate::extract::DEFAULT_MAX_ATTRIBUTES,
+        }
+    }
 }
 
 /// `receivers.otlp.auth` and `admin.auth`: the bearer tokens accepted. With none,
@@ -548,6 +561,12 @@ impl Config {
             if n == 0 {
                 return invalid(key.into(), "must be at least 1");
             }
+        }
+        if self.receivers.otlp.max_attributes_per_span == 0 {
+            return invalid(
+                "receivers.otlp.max_attributes_per_span".into(),
+                "must be at least 1",
+            );
         }
         if self.tracker.max_keys == 0 {
             return invalid("tracker.max_keys".into(), "must be at least 1");

@@ -66,8 +66,10 @@ pub trait SpanView<'a> {
     fn span_id(&self) -> &'a [u8];
     /// Whether the span's status is ERROR.
     fn status_error(&self) -> bool;
-    /// Calls `f` with every attribute: its key as bytes, and its value.
-    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>));
+    /// Calls `f` with the first `max` attributes: each key as bytes, and its value.
+    fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>));
+    /// How many attributes the span has.
+    fn attribute_count(&self) -> usize;
     /// Calls `f` with the `exception.type` of every `exception` event until it returns true.
     fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool);
 }
@@ -96,10 +98,13 @@ impl<'a> SpanView<'a> for &'a Span {
             .as_ref()
             .is_some_and(|st| st.code == StatusCode::Error as i32)
     }
-    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
-        for kv in &self.attributes {
+    fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
+        for kv in self.attributes.iter().take(max) {
             f(kv.key.as_bytes(), Val::of(kv.value.as_ref()));
         }
+    }
+    fn attribute_count(&self) -> usize {
+        self.attributes.len()
     }
     fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
         for event in self.events.iter().filter(|e| e.name == "exception") {
@@ -281,8 +286,8 @@ fn as_int(v: Val<'_>) -> Option<i64> {
 }
 
 impl<'a> Slots<'a> {
-    fn fill(&mut self, span: &dyn SpanView<'a>) {
-        span.attributes(&mut |key, v| self.read(key, v));
+    fn fill(&mut self, span: &dyn SpanView<'a>, max_attributes: usize) {
+        span.attributes(max_attributes, &mut |key, v| self.read(key, v));
     }
 
     fn read(&mut self, key: &'a [u8], v: Val<'a>) {
@@ -418,16 +423,24 @@ pub fn client_of(resource: &[KeyValue]) -> Client<'_> {
     })
 }
 
-/// Reads one span of `client` as an attempt.
+/// The attributes read per span unless configured otherwise
+/// (`receivers.otlp.max_attributes_per_span`): the OpenTelemetry SDKs' own default limit.
+pub const DEFAULT_MAX_ATTRIBUTES: usize = 128;
+
+/// Reads one span of `client` as an attempt, from its first `max_attributes` attributes.
 ///
 /// # Errors
 /// A [`Skip`] when the span is not a CLIENT span or belongs to no known protocol family.
-pub fn extract<'a>(client: Client<'a>, span: &dyn SpanView<'a>) -> Result<Attempt<'a>, Skip> {
+pub fn extract<'a>(
+    client: Client<'a>,
+    span: &dyn SpanView<'a>,
+    max_attributes: usize,
+) -> Result<Attempt<'a>, Skip> {
     if span.kind() != SpanKind::Client as i32 {
         return Err(Skip::NotClient);
     }
     let mut s = Slots::default();
-    s.fill(span);
+    s.fill(span, max_attributes);
     let family = s.family().ok_or(Skip::NoProtocol)?;
 
     let (origin, path) = locate(&s);
@@ -672,15 +685,23 @@ pub(crate) mod tests {
         for (attrs, family) in cases {
             let sp = span("x", attrs);
             assert_eq!(
-                extract(client_of(&r), &&sp).expect("attempt").family,
+                extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                    .expect("attempt")
+                    .family,
                 family
             );
         }
         let none = span("x", vec![s("db.system", "postgresql")]);
-        assert_eq!(extract(client_of(&r), &&none), Err(Skip::NoProtocol));
+        assert_eq!(
+            extract(client_of(&r), &&none, DEFAULT_MAX_ATTRIBUTES),
+            Err(Skip::NoProtocol)
+        );
         let mut server = span("x", vec![s("http.request.method", "GET")]);
         server.kind = SpanKind::Server as i32;
-        assert_eq!(extract(client_of(&r), &&server), Err(Skip::NotClient));
+        assert_eq!(
+            extract(client_of(&r), &&server, DEFAULT_MAX_ATTRIBUTES),
+            Err(Skip::NotClient)
+        );
     }
 
     #[test]
@@ -732,7 +753,7 @@ pub(crate) mod tests {
         for (mut attrs, origin, path) in cases {
             attrs.push(s("http.request.method", "GET"));
             let sp = span("x", attrs);
-            let a = extract(client_of(&r), &&sp).expect("attempt");
+            let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
             assert_eq!(a.origin.as_ref().map(Origin::as_str), origin);
             assert_eq!(a.path, path);
         }
@@ -840,7 +861,9 @@ pub(crate) mod tests {
         for (attrs, want) in cases {
             let sp = span("x", attrs.clone());
             assert_eq!(
-                extract(client_of(&r), &&sp).expect("attempt").signal,
+                extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                    .expect("attempt")
+                    .signal,
                 want,
                 "{attrs:?}"
             );
@@ -860,7 +883,7 @@ pub(crate) mod tests {
             code: StatusCode::Error as i32,
             message: String::new(),
         });
-        let a = extract(client_of(&r), &&sp).expect("attempt");
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
         assert_eq!(a.signal.timeout, Some("httpx.ReadTimeout"));
         assert!(a.signal.status_error);
     }
@@ -941,7 +964,7 @@ pub(crate) mod tests {
         ];
         for (sp, want) in cases {
             assert_eq!(
-                extract(client_of(&r), &&sp)
+                extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
                     .expect("attempt")
                     .operation
                     .to_string(),
@@ -952,7 +975,7 @@ pub(crate) mod tests {
             "x",
             vec![s("http.method", "GET"), i("http.request.resend_count", 2)],
         );
-        let a = extract(client_of(&r), &&sp).expect("attempt");
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
         assert!(a.resend);
         assert_eq!(
             a.client,
@@ -961,7 +984,7 @@ pub(crate) mod tests {
                 instance: Some("i-1")
             }
         );
-        let a = extract(client_of(&[]), &&sp).expect("attempt");
+        let a = extract(client_of(&[]), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
         assert_eq!(a.client.name, "unknown_service");
     }
 }

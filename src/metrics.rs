@@ -83,6 +83,7 @@ pub struct Metrics {
     batch_duration_by: [prometheus::Histogram; 2],
     refused_spans: IntCounterVec,
     refused_requests: IntCounterVec,
+    truncated_spans: IntCounterVec,
     skipped: IntCounterVec,
     tracker_keys: IntGauge,
     evictions: IntCounterVec,
@@ -148,6 +149,12 @@ impl Metrics {
             "refusal_gate_receiver_refused_requests_total",
             "Whole requests refused (malformed, too large, wrong type or encoding), whose spans cannot be counted.",
             &["transport", "reason"],
+        );
+        let truncated_spans = counter_vec(
+            &r,
+            "refusal_gate_receiver_truncated_spans_total",
+            "Spans with more attributes than max_attributes_per_span; the rest were not read.",
+            &["transport"],
         );
         let skipped = counter_vec(
             &r,
@@ -273,6 +280,7 @@ impl Metrics {
             accepted_spans,
             refused_spans,
             refused_requests,
+            truncated_spans,
             skipped,
             tracker_keys,
             evictions,
@@ -503,6 +511,13 @@ impl Metrics {
     pub fn refused_spans(&self, transport: Transport, reason: &str, spans: u64) {
         self.refused_spans
             .with_label_values(&[transport.as_str(), reason])
+            .inc_by(spans);
+    }
+
+    /// Counts spans whose attributes past the limit were not read.
+    pub fn truncated_spans(&self, transport: Transport, spans: u64) {
+        self.truncated_spans
+            .with_label_values(&[transport.as_str()])
             .inc_by(spans);
     }
 

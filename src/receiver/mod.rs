@@ -466,6 +466,8 @@ pub struct Summary {
     pub rejected: u64,
     /// Attempts classified.
     pub attempts: u64,
+    /// Spans with more attributes than are read (`max_attributes_per_span`).
+    pub truncated: u64,
 }
 
 /// Everything a request needs, shared by the receivers, the admin endpoint and the sweeper.
@@ -477,6 +479,8 @@ pub struct Pipeline {
     exporter: Option<Arc<Exporter>>,
     /// foldhash: a fast keyed hash, seeded per process so ids cannot be aimed at.
     hasher: foldhash::fast::RandomState,
+    /// Attributes read per span and per resource.
+    max_attributes: usize,
 }
 
 /// What one request carries through the ingest path.
@@ -576,7 +580,16 @@ impl Pipeline {
             alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
             exporter: None,
             hasher: foldhash::fast::RandomState::default(),
+            max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
         }
+    }
+
+    /// Reads at most `n` attributes of each span and resource; the rest are skipped unread
+    /// and the span counted in `refusal_gate_receiver_truncated_spans_total`.
+    #[must_use]
+    pub fn with_max_attributes(mut self, n: usize) -> Pipeline {
+        self.max_attributes = n;
+        self
     }
 
     /// The metrics registry.
@@ -696,7 +709,7 @@ impl Pipeline {
         let mut seen = 0u32;
         for resource_spans in wire::each(body, 1).map_while(Result::ok) {
             let client = match wire::ResourceRef::of(resource_spans) {
-                Ok(resource) => extract::client(|f| resource.attributes(f)),
+                Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
                 Err(_) => extract::client(|_| {}),
             };
             for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
@@ -808,7 +821,10 @@ impl Pipeline {
         span: &dyn extract::SpanView<'a>,
     ) {
         r.summary.accepted += 1;
-        let tag = match extract::extract(client, span) {
+        if span.attribute_count() > self.max_attributes {
+            r.summary.truncated += 1;
+        }
+        let tag = match extract::extract(client, span, self.max_attributes) {
             Ok(attempt) => {
                 r.summary.attempts += 1;
                 let tag = self.observe(
@@ -835,6 +851,9 @@ impl Pipeline {
         if summary.rejected > 0 {
             self.metrics
                 .refused_spans(transport, "malformed_span", summary.rejected);
+        }
+        if summary.truncated > 0 {
+            self.metrics.truncated_spans(transport, summary.truncated);
         }
         self.record(events);
         self.metrics.accepted(transport, summary.accepted);
@@ -923,6 +942,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
     use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 
     fn request(spans: usize) -> ExportTraceServiceRequest {
@@ -992,6 +1012,63 @@ mod tests {
         let forwarded = tag(&body, &malformed_at, &tags).expect("re-framed");
         let request = ExportTraceServiceRequest::decode(&forwarded[..]).expect("a valid request");
         assert_eq!(request.resource_spans[0].scope_spans[0].spans.len(), 2);
+    }
+
+    #[test]
+    fn attributes_past_the_limit_are_not_read_and_the_span_is_counted() {
+        let config = crate::config::Config::default();
+        let pipeline = Pipeline::new(
+            Arc::new(Catalog::new(Vec::new(), Default::default())),
+            Tracker::new(&config.tracker),
+            Metrics::new(&config.metrics),
+            &config.alerting,
+        )
+        .with_max_attributes(8);
+        let filler = |n: usize| {
+            (0..n)
+                .map(|i| KeyValue {
+                    key: format!("filler.{i}"),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::IntValue(i as i64)),
+                    }),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>()
+        };
+        let method = KeyValue {
+            key: "http.request.method".into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue("GET".into())),
+            }),
+            ..Default::default()
+        };
+        let request = |attributes: Vec<KeyValue>| {
+            let mut r = request(1);
+            r.resource_spans[0].scope_spans[0].spans[0].attributes = attributes;
+            r.encode_to_vec()
+        };
+        // The method is the ninth attribute: past the limit, so the span has no protocol.
+        let late = request([filler(8), vec![method.clone()]].concat());
+        let early = request([vec![method], filler(8)].concat());
+        for (body, attempts) in [(late, 0), (early, 1)] {
+            for encoding in [Encoding::Protobuf, Encoding::Json] {
+                let body = match encoding {
+                    Encoding::Protobuf => body.clone(),
+                    Encoding::Json => serde_json::to_vec(
+                        &ExportTraceServiceRequest::decode(&body[..]).expect("valid"),
+                    )
+                    .expect("serialises"),
+                };
+                let summary = pipeline
+                    .handle(Transport::Http, &body, encoding)
+                    .expect("accepted");
+                assert_eq!((summary.attempts, summary.truncated), (attempts, 1));
+            }
+        }
+        assert!(pipeline
+            .metrics()
+            .render()
+            .contains("refusal_gate_receiver_truncated_spans_total{transport=\"http\"} 4"));
     }
 
     #[test]

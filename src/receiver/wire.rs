@@ -190,10 +190,10 @@ fn any_value(bytes: &[u8]) -> Val<'_> {
     out
 }
 
-/// Calls `f` with each attribute (field `number`, `KeyValue`) of a message; broken ones are
-/// skipped.
-fn attributes<'a>(bytes: &'a [u8], number: u32, mut f: impl FnMut(&'a [u8], Val<'a>)) {
-    for kv in each(bytes, number).map_while(Result::ok) {
+/// Calls `f` with the first `max` attributes (field `number`, `KeyValue`) of a message;
+/// broken ones are skipped.
+fn attributes<'a>(bytes: &'a [u8], number: u32, max: usize, mut f: impl FnMut(&'a [u8], Val<'a>)) {
+    for kv in each(bytes, number).map_while(Result::ok).take(max) {
         if let Some((k, v)) = key_value(kv) {
             f(k, v);
         }
@@ -216,9 +216,9 @@ impl<'a> ResourceRef<'a> {
         Ok(ResourceRef { bytes })
     }
 
-    /// Calls `f` with each attribute.
-    pub fn attributes(&self, f: impl FnMut(&'a [u8], Val<'a>)) {
-        attributes(self.bytes, 1, f);
+    /// Calls `f` with the first `max` attributes.
+    pub fn attributes(&self, max: usize, f: impl FnMut(&'a [u8], Val<'a>)) {
+        attributes(self.bytes, 1, max, f);
     }
 }
 
@@ -229,6 +229,7 @@ pub struct SpanRef<'a> {
     /// Where the attributes stand: walking them skips the rest of the span.
     attributes: &'a [u8],
     has_events: bool,
+    attribute_count: usize,
     trace_id: &'a [u8],
     span_id: &'a [u8],
     name: &'a str,
@@ -247,6 +248,7 @@ impl<'a> SpanRef<'a> {
         let mut span = SpanRef {
             bytes,
             attributes: &[],
+            attribute_count: 0,
             has_events: false,
             trace_id: &[],
             span_id: &[],
@@ -263,6 +265,7 @@ impl<'a> SpanRef<'a> {
             let Some(f) = walk.next() else { break };
             match f? {
                 (9, _) => {
+                    span.attribute_count += 1;
                     first = first.min(at);
                     last = bytes.len() - walk.rest.len();
                 }
@@ -312,8 +315,11 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
     fn status_error(&self) -> bool {
         self.status_error
     }
-    fn attributes(&self, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
-        attributes(self.attributes, 9, f);
+    fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
+        attributes(self.attributes, 9, max, f);
+    }
+    fn attribute_count(&self) -> usize {
+        self.attribute_count
     }
     fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
         if !self.has_events {
@@ -393,7 +399,7 @@ mod tests {
         assert!(wire.status_error());
         let collect = |v: &dyn SpanView<'_>| {
             let mut out = Vec::new();
-            v.attributes(&mut |k, val| {
+            v.attributes(usize::MAX, &mut |k, val| {
                 out.push(format!(
                     "{}={:?}",
                     String::from_utf8_lossy(k),
