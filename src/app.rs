@@ -11,11 +11,13 @@
 use crate::access::{Limit, Tokens};
 use crate::admin;
 use crate::alert;
+use crate::config::TlsConfig;
 use crate::config::{AlertmanagerConfig, Config};
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::export;
 use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
+use crate::tls::{self, Tls};
 use crate::tracker::Tracker;
 use anyhow::Context;
 use axum::serve::ListenerExt;
@@ -27,6 +29,8 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 
 /// How long in-flight requests get to finish at shutdown.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
@@ -67,6 +71,10 @@ pub struct Server {
     /// The receivers' and the admin endpoint's bearer tokens: token files are re-read on
     /// reload.
     tokens: [Arc<Tokens>; 2],
+    /// The listeners' TLS settings: certificates are re-read on reload.
+    tls: Vec<Arc<Tls>>,
+    /// Reloads certificates whose files changed, every `reload_interval`.
+    tls_reloader: JoinHandle<()>,
 }
 
 /// Logs and counts one document load.
@@ -105,12 +113,125 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
 
+/// Serves the OTLP/gRPC receiver on `listener`, over TLS when `tls` is given.
+async fn serve_grpc(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    service: grpc::TraceService,
+    stop: impl std::future::Future<Output = ()>,
+    pipeline: Arc<Pipeline>,
+) {
+    let router = tonic::transport::Server::builder().add_service(service);
+    let result = match tls {
+        None => {
+            // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
+            // client's delayed ACK (40 ms a request).
+            let incoming =
+                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+            router.serve_with_incoming_shutdown(incoming, stop).await
+        }
+        Some(tls) => {
+            let failed = move || pipeline.metrics().tls_handshake_failed("grpc");
+            let incoming = ReceiverStream::new(tls::incoming(listener, tls, failed))
+                .map(|(stream, _)| Ok::<_, std::io::Error>(tls::GrpcConn(stream)));
+            router.serve_with_incoming_shutdown(incoming, stop).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, "OTLP/gRPC receiver failed.");
+    }
+}
+
+/// Serves an HTTP router (the OTLP/HTTP receiver, or the admin endpoint: `what`) on
+/// `listener`, over TLS when `tls` is given.
+async fn serve_http(
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    router: axum::Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    (pipeline, what): (Arc<Pipeline>, &'static str),
+) {
+    let result = match tls {
+        None => {
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+        Some(tls) => {
+            let local = match listener.local_addr() {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::error!(error = %e, listener = what, "No local address.");
+                    return;
+                }
+            };
+            let failed = move || pipeline.metrics().tls_handshake_failed(what);
+            let incoming = tls::HttpListener::new(tls::incoming(listener, tls, failed), local);
+            axum::serve(incoming, router)
+                .with_graceful_shutdown(stop)
+                .await
+        }
+    };
+    if let Err(e) = result {
+        tracing::error!(error = %e, listener = what, "HTTP listener failed.");
+    }
+}
+
+/// Checks the certificate files every `reload_interval` (the shortest configured) and
+/// reloads those that changed.
+async fn reload_tls_files(tls: Vec<Arc<Tls>>) {
+    let Some(every) = tls
+        .iter()
+        .map(|t| t.reload_interval())
+        .filter(|d| !d.is_zero())
+        .min()
+    else {
+        return;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        for t in tls.iter().filter(|t| !t.reload_interval().is_zero()) {
+            match t.reload_if_changed() {
+                Ok(true) => tracing::info!("TLS certificate files changed; reloaded."),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "TLS certificates not reloaded; the previous ones stay in force.")
+                }
+            }
+        }
+    }
+}
+
 impl Server {
     /// Binds every port, then starts serving.
     ///
     /// # Errors
     /// When a port cannot be bound; nothing has been spawned then.
     pub async fn start(config: &Config) -> anyhow::Result<Server> {
+        let load_tls = |c: &Option<TlsConfig>, what: &str, alpn: &[&[u8]]| {
+            c.as_ref()
+                .map(|c| {
+                    Tls::load(c, &config.base_dir, alpn)
+                        .map(Arc::new)
+                        .map_err(|e| anyhow::anyhow!("{what}.tls: {e}"))
+                })
+                .transpose()
+        };
+        // gRPC needs HTTP/2; the HTTP receiver and the admin endpoint speak HTTP/1.1.
+        let grpc_tls = load_tls(
+            &config.receivers.otlp.grpc.tls,
+            "receivers.otlp.grpc",
+            &[b"h2"],
+        )?;
+        let http_tls = load_tls(
+            &config.receivers.otlp.http.tls,
+            "receivers.otlp.http",
+            &[b"http/1.1"],
+        )?;
+        let admin_tls = load_tls(&config.admin.tls, "admin", &[b"http/1.1"])?;
         let receiver_tokens = Arc::new(
             Tokens::load(&config.receivers.otlp.auth, &config.base_dir)
                 .map_err(|e| anyhow::anyhow!("receivers.otlp.auth: {e}"))?,
@@ -166,19 +287,13 @@ impl Server {
             Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
         );
         let grpc_stop = stopped(rx_stop.clone());
-        let grpc_task = tokio::spawn(async move {
-            // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
-            // client's delayed ACK (40 ms a request).
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true));
-            let result = tonic::transport::Server::builder()
-                .add_service(trace_service)
-                .serve_with_incoming_shutdown(incoming, grpc_stop)
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "OTLP/gRPC receiver failed.");
-            }
-        });
+        let grpc_task = tokio::spawn(serve_grpc(
+            grpc_listener,
+            grpc_tls.clone(),
+            trace_service,
+            grpc_stop,
+            Arc::clone(&pipeline),
+        ));
 
         let http_router = http::router(
             Arc::clone(&pipeline),
@@ -186,32 +301,31 @@ impl Server {
             Arc::clone(&receiver_tokens),
             Limit::new(config.receivers.otlp.http.max_concurrent_requests),
         );
-        let http_stop = stopped(rx_stop);
-        let http_task = tokio::spawn(async move {
-            let http_listener = http_listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            let result = axum::serve(http_listener, http_router)
-                .with_graceful_shutdown(http_stop)
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "OTLP/HTTP receiver failed.");
-            }
-        });
+        let http_task = tokio::spawn(serve_http(
+            http_listener,
+            http_tls.clone(),
+            http_router,
+            stopped(rx_stop),
+            (Arc::clone(&pipeline), "http"),
+        ));
 
         let admin_router = admin::router(
             Arc::clone(&pipeline),
             Arc::clone(&ready),
             Arc::clone(&admin_tokens),
         );
-        let admin_task = tokio::spawn(async move {
-            let result = axum::serve(admin_listener, admin_router)
-                .with_graceful_shutdown(stopped(admin_stop))
-                .await;
-            if let Err(e) = result {
-                tracing::error!(error = %e, "Admin endpoint failed.");
-            }
-        });
+        let admin_task = tokio::spawn(serve_http(
+            admin_listener,
+            admin_tls.clone(),
+            admin_router,
+            stopped(admin_stop),
+            (Arc::clone(&pipeline), "admin"),
+        ));
+        let tls: Vec<Arc<Tls>> = [grpc_tls, http_tls, admin_tls]
+            .into_iter()
+            .flatten()
+            .collect();
+        let tls_reloader = tokio::spawn(reload_tls_files(tls.clone()));
 
         let sweep_pipeline = Arc::clone(&pipeline);
         let sweeper = tokio::spawn(async move {
@@ -264,6 +378,8 @@ impl Server {
                 .as_ref()
                 .map_or(DRAIN_DEADLINE, |o| o.drain_timeout),
             tokens: [receiver_tokens, admin_tokens],
+            tls,
+            tls_reloader,
         };
         server.start_watchers();
         Ok(server)
@@ -302,7 +418,8 @@ impl Server {
         }
     }
 
-    /// Reloads the interfaces and their documents from `config` (what SIGHUP does). The
+    /// Reloads the interfaces and their documents from `config` (what SIGHUP does), and
+    /// re-reads the token files and TLS certificate files of the running configuration. The
     /// tracker's state is kept: earlier refusals are still remembered. Other keys (ports,
     /// limits) need a restart.
     pub fn reload(&self, config: &Config) {
@@ -311,10 +428,15 @@ impl Server {
             .iter()
             .zip(["receivers.otlp.auth", "admin.auth"])
         {
-            match tokens.reload() {
-                Ok(()) => {}
+            if let Err(e) = tokens.reload() {
+                tracing::error!(error = %e, "{what}: token files not reloaded; the previous tokens stay in force.");
+            }
+        }
+        for tls in &self.tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificates reloaded."),
                 Err(e) => {
-                    tracing::error!(error = %e, "{what}: token files not reloaded; the previous tokens stay in force.")
+                    tracing::error!(error = %e, "TLS certificates not reloaded; the previous ones stay in force.")
                 }
             }
         }
@@ -341,6 +463,7 @@ impl Server {
             }
         }
         self.sweeper.abort();
+        self.tls_reloader.abort();
         for task in self
             .watchers
             .lock()

@@ -114,6 +114,28 @@ pub struct AuthConfig {
     pub token_files: Vec<std::path::PathBuf>,
 }
 
+/// `tls:` of a receiver or the admin endpoint (the Collector's names): serve TLS with this
+/// certificate, and with `client_ca_file` require client certificates it signed (mTLS).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The server certificate chain, PEM.
+    pub cert_file: std::path::PathBuf,
+    /// Its private key, PEM.
+    pub key_file: std::path::PathBuf,
+    /// CA certificates, PEM, that client certificates must chain to; absent: no client
+    /// certificate is asked for.
+    #[serde(default)]
+    pub client_ca_file: Option<std::path::PathBuf>,
+    /// How often the files are checked for change and reloaded (0s: only on SIGHUP).
+    #[serde(default = "default_tls_reload", deserialize_with = "duration")]
+    pub reload_interval: Duration,
+}
+
+fn default_tls_reload() -> Duration {
+    Duration::from_secs(60)
+}
+
 /// The default concurrency limit of each receiver.
 const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
 
@@ -128,6 +150,8 @@ pub struct GrpcReceiver {
     pub max_recv_msg_size_mib: u64,
     /// Requests in flight at once; past it, `UNAVAILABLE` with a retry hint.
     pub max_concurrent_requests: usize,
+    /// Serve TLS (and mTLS); absent: plain TCP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for GrpcReceiver {
@@ -136,6 +160,7 @@ impl Default for GrpcReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4317)),
             max_recv_msg_size_mib: 4,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            tls: None,
         }
     }
 }
@@ -151,6 +176,8 @@ pub struct HttpReceiver {
     pub max_request_body_size_mib: u64,
     /// Requests in flight at once; past it, 503 with `Retry-After`.
     pub max_concurrent_requests: usize,
+    /// Serve TLS (and mTLS); absent: plain TCP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for HttpReceiver {
@@ -159,6 +186,7 @@ impl Default for HttpReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_body_size_mib: 20,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            tls: None,
         }
     }
 }
@@ -173,6 +201,8 @@ pub struct Admin {
     /// Bearer tokens the admin endpoint requires (except `/healthz` and `/readyz`); none:
     /// no authentication.
     pub auth: AuthConfig,
+    /// Serve TLS (and mTLS); absent: plain TCP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for Admin {
@@ -180,6 +210,7 @@ impl Default for Admin {
         Admin {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 9464)),
             auth: AuthConfig::default(),
+            tls: None,
         }
     }
 }

@@ -20,5 +20,6 @@ pub mod metrics;
 pub mod receiver;
 pub mod replay;
 pub mod retry;
+pub mod tls;
 pub mod tracker;
 pub mod workload;

@@ -84,6 +84,7 @@ pub struct Metrics {
     refused_spans: IntCounterVec,
     refused_requests: IntCounterVec,
     truncated_spans: IntCounterVec,
+    tls_failures: IntCounterVec,
     skipped: IntCounterVec,
     tracker_keys: IntGauge,
     evictions: IntCounterVec,
@@ -155,6 +156,12 @@ impl Metrics {
             "refusal_gate_receiver_truncated_spans_total",
             "Spans with more attributes than max_attributes_per_span; the rest were not read.",
             &["transport"],
+        );
+        let tls_failures = counter_vec(
+            &r,
+            "refusal_gate_tls_handshake_failures_total",
+            "TLS handshakes that failed or timed out (no or a wrong client certificate, plain text on a TLS port), by listener.",
+            &["listener"],
         );
         let skipped = counter_vec(
             &r,
@@ -281,6 +288,7 @@ impl Metrics {
             refused_spans,
             refused_requests,
             truncated_spans,
+            tls_failures,
             skipped,
             tracker_keys,
             evictions,
@@ -519,6 +527,11 @@ impl Metrics {
         self.truncated_spans
             .with_label_values(&[transport.as_str()])
             .inc_by(spans);
+    }
+
+    /// Counts a failed TLS handshake on `listener` (`grpc`, `http` or `admin`).
+    pub fn tls_handshake_failed(&self, listener: &str) {
+        self.tls_failures.with_label_values(&[listener]).inc();
     }
 
     /// Counts a whole request refused.

@@ -1,0 +1,289 @@
+//! TLS for the OTLP receivers and the admin endpoint (rustls, ring): a server certificate,
+//! optional client certificates (mTLS), and certificates reloaded without a restart.
+//!
+//! Edge. [`Tls`] holds the current rustls `ServerConfig` and builds a new one from the files
+//! on [`Tls::reload`] (SIGHUP, and every `reload_interval` when a file changed); connections
+//! already open keep the configuration they were accepted with. [`incoming`] accepts TCP
+//! connections and runs each handshake in a task of its own (bounded by a timeout), so one
+//! slow or hostile client cannot hold up the others; failed handshakes are logged and counted.
+
+use crate::config::TlsConfig;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::ServerConfig;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+/// How long a client may take to complete its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listener's TLS settings, reloadable.
+pub struct Tls {
+    config: TlsConfig,
+    base_dir: PathBuf,
+    alpn: Vec<Vec<u8>>,
+    current: RwLock<(Arc<ServerConfig>, Vec<Option<SystemTime>>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("config", &self.config).finish()
+    }
+}
+
+impl Tls {
+    /// Reads the certificate, key and client CA (paths relative to `base_dir`). `alpn` are
+    /// the application protocols offered (`h2` for gRPC, `http/1.1` for HTTP).
+    ///
+    /// # Errors
+    /// A message naming the file that cannot be read or used.
+    pub fn load(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<Tls, String> {
+        let tls = Tls {
+            config: config.clone(),
+            base_dir: base_dir.to_path_buf(),
+            alpn: alpn.iter().map(|p| p.to_vec()).collect(),
+            current: RwLock::new((Arc::new(build(config, base_dir, alpn)?), Vec::new())),
+        };
+        tls.current_mut().1 = tls.stamps();
+        Ok(tls)
+    }
+
+    fn current_mut(
+        &self,
+    ) -> std::sync::RwLockWriteGuard<'_, (Arc<ServerConfig>, Vec<Option<SystemTime>>)> {
+        self.current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        let mut files = vec![&self.config.cert_file, &self.config.key_file];
+        files.extend(self.config.client_ca_file.as_ref());
+        files.into_iter().map(|f| self.base_dir.join(f)).collect()
+    }
+
+    fn stamps(&self) -> Vec<Option<SystemTime>> {
+        self.files()
+            .iter()
+            .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok())
+            .collect()
+    }
+
+    /// Reads the files again and swaps the configuration new connections get. On error the
+    /// previous one stays in force.
+    ///
+    /// # Errors
+    /// As [`Tls::load`].
+    pub fn reload(&self) -> Result<(), String> {
+        let alpn: Vec<&[u8]> = self.alpn.iter().map(Vec::as_slice).collect();
+        let fresh = build(&self.config, &self.base_dir, &alpn)?;
+        let stamps = self.stamps();
+        *self.current_mut() = (Arc::new(fresh), stamps);
+        Ok(())
+    }
+
+    /// Reloads when a file's modification time changed since the last load; returns
+    /// whether it did.
+    ///
+    /// # Errors
+    /// As [`Tls::load`].
+    pub fn reload_if_changed(&self) -> Result<bool, String> {
+        let changed = {
+            let current = self
+                .current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            current.1 != self.stamps()
+        };
+        if changed {
+            self.reload()?;
+        }
+        Ok(changed)
+    }
+
+    /// How often files are checked for change (0: only on SIGHUP).
+    pub fn reload_interval(&self) -> Duration {
+        self.config.reload_interval
+    }
+
+    fn acceptor(&self) -> TlsAcceptor {
+        let current = self
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        TlsAcceptor::from(Arc::clone(&current.0))
+    }
+}
+
+fn build(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<ServerConfig, String> {
+    let path = |p: &Path| base_dir.join(p);
+    let cert_file = path(&config.cert_file);
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| format!("cert_file {}: {e}", cert_file.display()))?;
+    if certs.is_empty() {
+        return Err(format!("cert_file {}: no certificate", cert_file.display()));
+    }
+    let key_file = path(&config.key_file);
+    let key = PrivateKeyDer::from_pem_file(&key_file)
+        .map_err(|e| format!("key_file {}: {e}", key_file.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS versions: {e}"))?;
+    let builder = match &config.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let ca = path(ca);
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(&ca)
+                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?
+            {
+                let cert = cert.map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut server = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("cert_file and key_file: {e}"))?;
+    server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(server)
+}
+
+/// Accepts connections on `listener` and hands over those whose TLS handshake succeeded,
+/// with their peer address. Stops when the receiving end is dropped. `on_failure` is called
+/// for each failed handshake (to count it).
+pub fn incoming(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    on_failure: impl Fn() + Send + Sync + 'static,
+) -> mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)> {
+    let (tx, rx) = mpsc::channel(64);
+    let on_failure = Arc::new(on_failure);
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                _ = tx.closed() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Accepting a connection failed.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = tls.acceptor();
+            let (tx, on_failure) = (tx.clone(), Arc::clone(&on_failure));
+            tokio::spawn(async move {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send((stream, peer)).await;
+                    }
+                    Ok(Err(e)) => {
+                        on_failure();
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed.");
+                    }
+                    Err(_) => {
+                        on_failure();
+                        tracing::debug!(%peer, "TLS handshake timed out.");
+                    }
+                }
+            });
+        }
+    });
+    rx
+}
+
+/// A TLS connection as tonic's server takes it.
+pub struct GrpcConn(pub TlsStream<TcpStream>);
+
+impl tonic::transport::server::Connected for GrpcConn {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for GrpcConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for GrpcConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+}
+
+/// TLS connections as axum's server takes them.
+pub struct HttpListener {
+    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl HttpListener {
+    /// Serves the TLS connections of [`incoming`] on `local`.
+    pub fn new(rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>, local: SocketAddr) -> Self {
+        HttpListener { rx, local }
+    }
+}
+
+impl axum::serve::Listener for HttpListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(conn) => conn,
+            // The accept loop is gone only when this listener is: wait for shutdown.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
