@@ -29,6 +29,7 @@ pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>, tokens: Arc<Token
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/alerts", get(alerts))
+        .merge(crate::gate::http::routes(Arc::clone(&pipeline)).with_state(()))
         .route_layer(middleware::from_fn(move |request: Request, next: Next| {
             let tokens = Arc::clone(&tokens);
             async move {

@@ -15,6 +15,8 @@ use crate::config::TlsConfig;
 use crate::config::{AlertmanagerConfig, Config};
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::export;
+use crate::gate::grpc::Gate;
+use crate::gate::proto::refusal_gate_server::RefusalGateServer;
 use crate::metrics::Metrics;
 use crate::receiver::{grpc, http, Pipeline};
 use crate::tls::{self, Tls};
@@ -117,11 +119,13 @@ async fn stopped(mut rx: watch::Receiver<bool>) {
 async fn serve_grpc(
     listener: TcpListener,
     tls: Option<Arc<Tls>>,
-    service: grpc::TraceService,
+    (service, gate): (grpc::TraceService, RefusalGateServer<Gate>),
     stop: impl std::future::Future<Output = ()>,
     pipeline: Arc<Pipeline>,
 ) {
-    let router = tonic::transport::Server::builder().add_service(service);
+    let router = tonic::transport::Server::builder()
+        .add_service(service)
+        .add_service(gate);
     let result = match tls {
         None => {
             // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
@@ -290,7 +294,10 @@ impl Server {
         let grpc_task = tokio::spawn(serve_grpc(
             grpc_listener,
             grpc_tls.clone(),
-            trace_service,
+            (
+                trace_service,
+                Gate::server(Arc::clone(&pipeline), Arc::clone(&receiver_tokens)),
+            ),
             grpc_stop,
             Arc::clone(&pipeline),
         ));

@@ -16,6 +16,7 @@ pub mod config;
 pub mod discovery;
 pub mod export;
 pub mod extract;
+pub mod gate;
 pub mod metrics;
 pub mod receiver;
 pub mod replay;

@@ -33,7 +33,13 @@ pub struct Alerter {
     /// and severity), so that counting an alert hashes no label.
     alerts_total: [IntCounter; Violation::ALL.len()],
     deliveries: IntCounterVec,
+    /// Every violation as it is raised, for `WatchAlerts` and `/v1/alerts/stream`; a
+    /// watcher that falls [`WATCH_BUFFER`] behind skips ahead.
+    watch: tokio::sync::broadcast::Sender<Alert>,
 }
+
+/// How many alerts a slow watcher may fall behind before it skips ahead.
+pub const WATCH_BUFFER: usize = 1024;
 
 impl Alerter {
     /// An alerter with `config`'s limits, counting into the given counters
@@ -54,7 +60,13 @@ impl Alerter {
                 alerts_total.with_label_values(&[v.alert_name(), Severity::of(v).as_str()])
             }),
             deliveries,
+            watch: tokio::sync::broadcast::channel(WATCH_BUFFER).0,
         }
+    }
+
+    /// Every violation raised from now on.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Alert> {
+        self.watch.subscribe()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, ActiveAlerts> {
@@ -64,6 +76,9 @@ impl Alerter {
     /// Raises one violation's alert at `now`: counts it, logs it when it starts firing.
     pub fn raise(&self, now: Nanos, alert: Alert) {
         let violation = alert.violation;
+        if self.watch.receiver_count() > 0 {
+            let _ = self.watch.send(alert.clone());
+        }
         let log = alert.clone();
         match self.state().raise(now, alert) {
             Raised::Ignored => return,

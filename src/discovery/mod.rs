@@ -232,6 +232,47 @@ impl Interfaces {
         }
     }
 
+    /// The other configured interfaces that declare `path`: where an attempt refused by
+    /// `interface` could go instead, as (name, URL of the path on it, protocol).
+    pub fn alternatives(
+        &self,
+        interface: InterfaceRef<'_>,
+        path: &str,
+    ) -> Vec<(String, String, Protocol)> {
+        self.list
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| interface != InterfaceRef::Configured(*i))
+            .filter(|(_, candidate)| candidate.endpoints.iter().any(|e| e.matches(path)))
+            .filter_map(|(_, candidate)| {
+                let (origin, _) = candidate.bases.first()?;
+                Some((
+                    candidate.name.clone(),
+                    format!("{origin}{path}"),
+                    candidate.protocol,
+                ))
+            })
+            .collect()
+    }
+
+    /// The discovery document path to read for `interface`: its first configured one, else
+    /// the default for its protocol (none for gRPC, whose contract is read by reflection).
+    pub fn discovery_path<'a>(&'a self, interface: InterfaceRef<'_>) -> Option<&'a str> {
+        let InterfaceRef::Configured(i) = interface else {
+            return None;
+        };
+        let it = &self.list[i];
+        it.discovery_paths
+            .first()
+            .map(String::as_str)
+            .or(match it.protocol {
+                Protocol::A2a => Some("/.well-known/agent-card.json"),
+                Protocol::Mcp => Some("/.well-known/mcp/server-card.json"),
+                Protocol::Http => Some("/openapi.json"),
+                Protocol::Grpc => None,
+            })
+    }
+
     /// Whether `path` is a discovery path of `interface`: a default one, one configured for
     /// it, or `<endpoint>/server-card`. Unconfigured interfaces accept any `.../server-card`.
     pub fn is_discovery_path(&self, interface: InterfaceRef<'_>, path: &str) -> bool {

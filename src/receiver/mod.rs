@@ -12,11 +12,11 @@ pub mod wire;
 
 use crate::alert::delivery::Alerter;
 use crate::alert::{Alert, AlertKey, Severity};
-use crate::classify;
+use crate::classify::{self, Kind};
 use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
 use crate::discovery::url::Origin;
-use crate::discovery::Interfaces;
+use crate::discovery::{Declared, Interfaces};
 use crate::export::{Exporter, Reservation};
 use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
@@ -483,6 +483,41 @@ pub struct Pipeline {
     max_attributes: usize,
 }
 
+/// Where one attempt stands, before the tracker sees it.
+struct Placed<'i> {
+    interface: crate::discovery::InterfaceRef<'i>,
+    interface_name: &'i str,
+    declared: Declared,
+    outcome: classify::Outcome,
+    reason: classify::Reason<'i>,
+    discovery_read: bool,
+    group: GroupId,
+    operation: u64,
+}
+
+/// What the pipeline says of an attempt put as a question ([`Pipeline::assess`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    /// Its kind, as a span with the same signal gets it.
+    pub kind: Kind,
+    /// The rule that fired, as spans are tagged (`refusal_gate.reason`).
+    pub rule: String,
+    /// Its interface's name.
+    pub interface: String,
+    /// Whether the interface declares the path.
+    pub declared: Declared,
+    /// The client's latest attempt of the same operation: its kind and number in a row.
+    pub last: Option<(Kind, u32)>,
+    /// Which attempt in a row of failures this is.
+    pub attempt: u32,
+    /// Whether it was tracked and counted.
+    pub observed: bool,
+    /// Other interfaces that declare the path: (name, URL, protocol).
+    pub alternatives: Vec<(String, String, crate::config::Protocol)>,
+    /// The interface's discovery document path, when one is known.
+    pub discovery_path: Option<String>,
+}
+
 /// What one request carries through the ingest path.
 struct RequestState<'t> {
     interfaces: Arc<Interfaces>,
@@ -869,6 +904,14 @@ impl Pipeline {
         events: &mut Vec<Event>,
         want_tags: bool,
     ) -> Option<Vec<u8>> {
+        let (judgement, reason, interface_name) =
+            self.observe_judged(interfaces, attempt, now, events)?;
+        want_tags.then(|| encode_tags(&judgement, reason, interface_name))
+    }
+
+    /// Where an attempt stands: its interface, whether that declares the path, what the
+    /// response said, and the tracker's ids for it.
+    fn place<'i>(&self, interfaces: &'i Interfaces, attempt: &'i Attempt<'_>) -> Placed<'i> {
         let interface =
             interfaces.resolve(attempt.origin.as_ref().map(Origin::as_str), attempt.path);
         let interface_name = interfaces.name(interface);
@@ -877,24 +920,46 @@ impl Pipeline {
         let discovery_read = outcome == classify::Outcome::Ok
             && extract::reads_discovery(attempt, interfaces, interface);
         let interface_id = self.hash(interface_name);
-        let labels = self.metrics.labels(
-            self.hash(attempt.client.name),
-            attempt.client.name,
-            interface_id,
+        Placed {
+            interface,
             interface_name,
-        );
-        let obs = Observation {
+            declared,
+            outcome,
+            reason: classify::reason(outcome, declared, reason),
+            discovery_read,
             group: GroupId {
                 client: self.hash(attempt.client),
                 interface: interface_id,
             },
             operation: self.hash(attempt.operation),
+        }
+    }
+
+    /// Tracks one attempt; its verdict as now known, the rule that fired and its
+    /// interface's name, or `None` for a span already tracked.
+    fn observe_judged<'i>(
+        &self,
+        interfaces: &'i Interfaces,
+        attempt: &'i Attempt<'_>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) -> Option<(Judgement, classify::Reason<'i>, &'i str)> {
+        let p = self.place(interfaces, attempt);
+        let labels = self.metrics.labels(
+            self.hash(attempt.client.name),
+            attempt.client.name,
+            p.group.interface,
+            p.interface_name,
+        );
+        let obs = Observation {
+            group: p.group,
+            operation: p.operation,
             labels,
             start: attempt.start,
             end: attempt.end,
-            outcome,
-            declared,
-            discovery_read,
+            outcome: p.outcome,
+            declared: p.declared,
+            discovery_read: p.discovery_read,
             trace_id: fixed(attempt.trace_id),
             span_id: fixed(attempt.span_id),
         };
@@ -902,13 +967,47 @@ impl Pipeline {
             self.metrics.span_skipped("duplicate");
             return None;
         };
-        want_tags.then(|| {
-            encode_tags(
-                &judgement,
-                classify::reason(outcome, declared, reason),
-                interface_name,
-            )
-        })
+        Some((judgement, p.reason, p.interface_name))
+    }
+
+    /// Answers for one attempt put as a question (the Gate API) with the same classifier
+    /// and the live tracker state that spans get. With `observe`, and a response to
+    /// observe, the attempt is tracked and counted exactly as its span would be.
+    pub fn assess(&self, attempt: &Attempt<'_>, answered: bool, observe: bool) -> Assessment {
+        let interfaces = self.catalog.current();
+        let p = self.place(&interfaces, attempt);
+        let peek = self.tracker.peek(&p.group, p.operation, attempt.start);
+        let base = Assessment {
+            kind: classify::classify(p.outcome, p.declared, peek.read_before).kind,
+            rule: p.reason.to_string(),
+            interface: p.interface_name.to_owned(),
+            declared: p.declared,
+            last: peek.last,
+            attempt: peek
+                .last
+                .map_or(1, |(kind, n)| if kind == Kind::Ok { 1 } else { n + 1 }),
+            observed: false,
+            alternatives: match attempt.path {
+                Some(path) => interfaces.alternatives(p.interface, path),
+                None => Vec::new(),
+            },
+            discovery_path: interfaces.discovery_path(p.interface).map(str::to_owned),
+        };
+        if !(observe && answered) {
+            return base;
+        }
+        let mut events = Vec::new();
+        let judged = self.observe_judged(&interfaces, attempt, wall_clock(), &mut events);
+        self.record(&events);
+        match judged {
+            Some((j, _, _)) => Assessment {
+                kind: j.kind,
+                attempt: j.attempt,
+                observed: true,
+                ..base
+            },
+            None => base,
+        }
     }
 
     /// Settles pending verdicts (all of them when `force`) and records them.

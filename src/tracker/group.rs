@@ -234,6 +234,18 @@ impl Group {
         Some(Some(judgement))
     }
 
+    /// The group's read state at `at` and the latest attempt of `operation`.
+    pub(super) fn peek(&self, operation: u64, at: Nanos) -> super::Peek {
+        super::Peek {
+            read_before: self.lists.first_read.is_some_and(|r| r <= at),
+            last: self
+                .keys
+                .get(&operation)
+                .and_then(|k| k.history.last())
+                .map(|e| (e.kind, u32::from(e.attempt))),
+        }
+    }
+
     /// Settles every pending attempt: their verdicts become final and are counted.
     pub(super) fn settle(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
         if self.pending == 0 {

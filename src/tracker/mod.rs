@@ -132,6 +132,16 @@ pub struct Judgement {
     pub discovery_read: bool,
 }
 
+/// What the tracker knows of one client's operation on one interface (see
+/// [`Tracker::peek`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Peek {
+    /// The client had read the interface's discovery document by then.
+    pub read_before: bool,
+    /// The latest attempt's kind and its number in its row of failures.
+    pub last: Option<(Kind, u32)>,
+}
+
 /// Why keys left the tracker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Eviction {
@@ -301,6 +311,22 @@ impl Tracker {
         }
         let group = shard.groups.get_mut(&obs.group)?;
         group.observe(now, obs, p, out).flatten()
+    }
+
+    /// What the tracker holds for `group` and `operation`, without changing anything: for
+    /// questions put to the Gate API.
+    pub fn peek(&self, group: &GroupId, operation: u64, at: Nanos) -> Peek {
+        let shard = self.shard(group);
+        shard
+            .groups
+            .get(group)
+            .map(|g| g.peek(operation, at))
+            .unwrap_or_default()
+    }
+
+    /// `tracker.max_retries`.
+    pub fn max_retries(&self) -> u32 {
+        self.params.max_retries
     }
 
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else

@@ -1,0 +1,164 @@
+//! The Gate API over gRPC: `refusal_gate.v1.RefusalGate`, served beside the OTLP trace
+//! service on the OTLP/gRPC port and behind the same bearer tokens.
+//!
+//! Edge: converts between the generated messages and [`super::Question`] / [`super::Answer`].
+
+use super::proto::refusal_gate_server::{RefusalGate, RefusalGateServer};
+use super::proto::{self, Protocol as ProtoProtocol};
+use super::{Asker, Filter, LastResponse, Protocol, Question};
+use crate::access::Tokens;
+use crate::alert::Alert;
+use crate::receiver::{wall_clock, Pipeline};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+/// The service.
+pub struct Gate {
+    pipeline: Arc<Pipeline>,
+    tokens: Arc<Tokens>,
+    ids: AtomicU64,
+}
+
+impl Gate {
+    /// The service over `pipeline`, admitting callers with one of `tokens` (none: anyone).
+    pub fn server(pipeline: Arc<Pipeline>, tokens: Arc<Tokens>) -> RefusalGateServer<Gate> {
+        RefusalGateServer::new(Gate {
+            pipeline,
+            tokens,
+            ids: AtomicU64::new(1),
+        })
+    }
+
+    fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let authorization = request.metadata().get("authorization");
+        if self
+            .tokens
+            .admit(authorization.map(tonic::metadata::MetadataValue::as_bytes))
+        {
+            Ok(())
+        } else {
+            Err(Status::unauthenticated("missing or invalid bearer token"))
+        }
+    }
+}
+
+/// A `DecideRequest` as a [`Question`].
+///
+/// # Errors
+/// `INVALID_ARGUMENT` when the protocol is not set.
+pub fn question(r: proto::DecideRequest) -> Result<Question, Status> {
+    let protocol = match ProtoProtocol::try_from(r.protocol).unwrap_or(ProtoProtocol::Unspecified) {
+        ProtoProtocol::Http => Protocol::Http,
+        ProtoProtocol::Mcp => Protocol::Mcp,
+        ProtoProtocol::A2a => Protocol::A2a,
+        ProtoProtocol::Grpc => Protocol::Grpc,
+        ProtoProtocol::Jsonrpc => Protocol::Jsonrpc,
+        ProtoProtocol::Unspecified => return Err(Status::invalid_argument("protocol is required")),
+    };
+    let client = r.client.unwrap_or_default();
+    Ok(Question {
+        client: Asker {
+            service_name: client.service_name,
+            service_instance_id: client.service_instance_id,
+        },
+        protocol,
+        url: r.url,
+        interface: r.interface,
+        http_method: r.http_method,
+        method: r.method,
+        tool: r.tool,
+        last_response: r.last_response.map(|l| LastResponse {
+            http_status: u16::try_from(l.http_status).unwrap_or(0),
+            jsonrpc_code: l.jsonrpc_code,
+            grpc_code: l
+                .has_grpc_code
+                .then(|| i32::try_from(l.grpc_code).unwrap_or(i32::MAX)),
+            timed_out: l.timed_out,
+            error_type: l.error_type,
+            attempt: l.attempt,
+        }),
+        observe: r.observe,
+    })
+}
+
+fn response(a: super::Answer) -> proto::DecideResponse {
+    proto::DecideResponse {
+        class: a.class,
+        kind: a.kind,
+        decision: a.decision,
+        rule: a.rule,
+        interface: a.interface,
+        backoff_ms: a.backoff_ms,
+        retries_left: a.retries_left,
+        discovery_url: a.discovery_url,
+        alternatives: a
+            .alternatives
+            .into_iter()
+            .map(|x| proto::Alternative {
+                interface: x.interface,
+                url: x.url,
+                protocol: x.protocol,
+            })
+            .collect(),
+        observed: a.observed,
+    }
+}
+
+/// An alert as the API sends it.
+pub fn alert(a: &Alert) -> proto::Alert {
+    proto::Alert {
+        alertname: a.key.alertname.to_owned(),
+        severity: a.severity.as_str().to_owned(),
+        client: a.key.client.to_string(),
+        interface: a.key.interface.to_string(),
+        violation: a.violation.as_str().to_owned(),
+        operation: a.operation.to_string(),
+        trace_id: a.trace_id_hex(),
+        span_id: a.span_id_hex(),
+        starts_at_unix_ms: i64::try_from(a.starts_at / 1_000_000).unwrap_or(i64::MAX),
+    }
+}
+
+type AlertStream = Pin<Box<dyn Stream<Item = Result<proto::Alert, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RefusalGate for Gate {
+    async fn decide(
+        &self,
+        request: Request<proto::DecideRequest>,
+    ) -> Result<Response<proto::DecideResponse>, Status> {
+        self.admit(&request)?;
+        let q = question(request.into_inner())?;
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        super::decide(&self.pipeline, &q, wall_clock(), id)
+            .map(|a| Response::new(response(a)))
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+
+    type WatchAlertsStream = AlertStream;
+
+    async fn watch_alerts(
+        &self,
+        request: Request<proto::WatchAlertsRequest>,
+    ) -> Result<Response<AlertStream>, Status> {
+        self.admit(&request)?;
+        let r = request.into_inner();
+        let filter = Filter {
+            client: r.client,
+            interface: r.interface,
+            min_severity: r.min_severity,
+        };
+        // A watcher that falls behind skips what it missed rather than holding memory.
+        let stream = BroadcastStream::new(self.pipeline.alerter().subscribe()).filter_map(
+            move |a| match a {
+                Ok(a) if filter.admits(&a) => Some(Ok(alert(&a))),
+                _ => None,
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,69 @@
+//! The Gate API's HTTP mirror on the admin port: `POST /v1/decide` (JSON, the gRPC messages'
+//! lowerCamelCase names) and `GET /v1/alerts/stream` (server-sent events, one `alert` event
+//! per violation, filtered by the `client`, `interface` and `minSeverity` query parameters).
+//!
+//! Edge: parses, calls [`super::decide`], serialises.
+
+use super::{Filter, Question};
+use crate::receiver::{wall_clock, Pipeline};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::StreamExt;
+
+#[derive(Clone)]
+struct Mirror {
+    pipeline: Arc<Pipeline>,
+    ids: Arc<AtomicU64>,
+}
+
+/// The mirror's routes, to merge into the admin router (behind its tokens).
+pub fn routes(pipeline: Arc<Pipeline>) -> Router {
+    Router::new()
+        .route("/v1/decide", post(decide))
+        .route("/v1/alerts/stream", get(stream))
+        .with_state(Mirror {
+            pipeline,
+            // Apart from the gRPC service's ids: the high bit marks the mirror's.
+            ids: Arc::new(AtomicU64::new(1 << 63)),
+        })
+}
+
+async fn decide(
+    State(m): State<Mirror>,
+    body: Result<Json<Question>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let q = match body {
+        Ok(Json(q)) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e.body_text()),
+    };
+    let id = m.ids.fetch_add(1, Ordering::Relaxed);
+    match super::decide(&m.pipeline, &q, wall_clock(), id) {
+        Ok(answer) => Json(answer).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Response {
+    let alerts = BroadcastStream::new(m.pipeline.alerter().subscribe()).filter_map(move |a| {
+        let a = a.ok().filter(|a| filter.admits(a))?;
+        let json = serde_json::to_string(&super::grpc::alert(&a)).ok()?;
+        Some(Ok::<_, std::convert::Infallible>(
+            Event::default().event("alert").data(json),
+        ))
+    });
+    Sse::new(alerts)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}

@@ -1,0 +1,507 @@
+//! The Gate API: an agent asks, before it retries, whether it should (`proto/refusal_gate/v1/
+//! gate.proto`; gRPC on the OTLP/gRPC port, an HTTP mirror on the admin port).
+//!
+//! Core: pure. A [`Question`] is turned into the client span its call would produce
+//! ([`QuestionSpan`]), which goes through the same extraction, classification and tracker
+//! state as every span ([`crate::receiver::Pipeline::assess`]): there is no second
+//! implementation of the decision table. [`answer`] then adds what only a question needs: the
+//! backoff and budget left for a retry, the discovery document to fetch, and the declared
+//! interfaces to route to instead. [`grpc`] and [`http`] are the thin edges.
+
+pub mod grpc;
+pub mod http;
+pub mod proto;
+
+use crate::alert::{Alert, Severity};
+use crate::classify::{Class, Decision, Kind};
+use crate::config::Protocol as InterfaceProtocol;
+use crate::extract::{self, Client, SpanView, Val};
+use crate::receiver::{Assessment, Pipeline};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The first wait before a retry; it doubles with each attempt up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait suggested before a retry.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The protocol of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Plain HTTP.
+    Http,
+    /// Model Context Protocol.
+    Mcp,
+    /// Agent2Agent.
+    A2a,
+    /// gRPC.
+    Grpc,
+    /// Any other JSON-RPC 2.0 server.
+    Jsonrpc,
+}
+
+/// Who asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Asker {
+    /// `service.name`.
+    pub service_name: String,
+    /// `service.instance.id`, empty when none.
+    pub service_instance_id: String,
+}
+
+/// The last response of the attempt asked about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LastResponse {
+    /// The HTTP status, 0 when none.
+    pub http_status: u16,
+    /// The JSON-RPC error code, 0 when none.
+    pub jsonrpc_code: i64,
+    /// The gRPC status code, when there is one.
+    pub grpc_code: Option<i32>,
+    /// The call timed out.
+    pub timed_out: bool,
+    /// `error.type`, when nothing else says.
+    pub error_type: String,
+    /// Which attempt in a row this was (1 for the first; 0: unknown).
+    pub attempt: u32,
+}
+
+/// One `Decide` question, as the gRPC message and the HTTP mirror's JSON carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Question {
+    /// Who asks.
+    #[serde(default)]
+    pub client: Asker,
+    /// The protocol of the call.
+    pub protocol: Protocol,
+    /// The full URL called (or, for gRPC, the authority as a URL).
+    #[serde(default)]
+    pub url: String,
+    /// Or the target by the name of a configured interface.
+    #[serde(default)]
+    pub interface: String,
+    /// The HTTP method.
+    #[serde(default)]
+    pub http_method: String,
+    /// The MCP, A2A or JSON-RPC method, or gRPC's `package.Service/Method`.
+    #[serde(default)]
+    pub method: String,
+    /// The tool of an MCP `tools/call`.
+    #[serde(default)]
+    pub tool: String,
+    /// The last response; absent: the call has not been made yet.
+    #[serde(default)]
+    pub last_response: Option<LastResponse>,
+    /// Count the call as an attempt.
+    #[serde(default)]
+    pub observe: bool,
+}
+
+/// An interface that declares the operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Alternative {
+    /// Its name.
+    pub interface: String,
+    /// Where it serves the operation.
+    pub url: String,
+    /// `mcp`, `a2a`, `http` or `grpc`.
+    pub protocol: String,
+}
+
+/// The answer to a [`Question`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    /// `ok`, `refusal`, `transient`, `throttled` or `ambiguous`.
+    pub class: String,
+    /// The finer kind.
+    pub kind: String,
+    /// What to do next.
+    pub decision: String,
+    /// The rule that fired.
+    pub rule: String,
+    /// The interface of the target.
+    pub interface: String,
+    /// For a retry: how long to wait, in milliseconds.
+    pub backoff_ms: u64,
+    /// For a retry: the retries the budget has left after it.
+    pub retries_left: u32,
+    /// For `fetch_discovery`: the document to read first.
+    pub discovery_url: String,
+    /// Declared interfaces that support the operation.
+    pub alternatives: Vec<Alternative>,
+    /// Whether the call was counted as an attempt.
+    pub observed: bool,
+}
+
+/// A question the gate cannot answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unanswerable {
+    /// Neither a URL nor an interface, or an interface that is not configured.
+    #[error("{0}")]
+    NoTarget(String),
+    /// The question does not make an attempt of its protocol (no method, no HTTP method).
+    #[error("not an attempt of its protocol: {0}")]
+    NotAnAttempt(&'static str),
+}
+
+/// The client span a question's call would produce.
+pub struct QuestionSpan<'q> {
+    attributes: Vec<(&'static str, Val<'q>)>,
+    start: u64,
+    end: u64,
+    status_error: bool,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+}
+
+impl<'q> SpanView<'q> for &'q QuestionSpan<'q> {
+    fn kind(&self) -> i32 {
+        3 // CLIENT
+    }
+    fn name(&self) -> &'q str {
+        ""
+    }
+    fn start(&self) -> u64 {
+        self.start
+    }
+    fn end(&self) -> u64 {
+        self.end
+    }
+    fn trace_id(&self) -> &'q [u8] {
+        &self.trace_id
+    }
+    fn span_id(&self) -> &'q [u8] {
+        &self.span_id
+    }
+    fn status_error(&self) -> bool {
+        self.status_error
+    }
+    fn attributes(&self, max: usize, f: &mut dyn FnMut(&'q [u8], Val<'q>)) {
+        for (k, v) in self.attributes.iter().take(max) {
+            f(k.as_bytes(), *v);
+        }
+    }
+    fn attribute_count(&self) -> usize {
+        self.attributes.len()
+    }
+    fn exception_types(&self, _: &mut dyn FnMut(&'q str) -> bool) {}
+}
+
+/// The span `q`'s call to `url` would produce, ending at `now` (Unix nanoseconds); `id`
+/// makes its span id unique.
+pub fn span_of<'q>(q: &'q Question, url: &'q str, now: u64, id: u64) -> QuestionSpan<'q> {
+    let mut a: Vec<(&'static str, Val<'q>)> = Vec::with_capacity(12);
+    let s = |v: &'q str| Val::Str(v);
+    let http_method = match (q.http_method.as_str(), q.protocol) {
+        ("", Protocol::Mcp | Protocol::A2a | Protocol::Jsonrpc) => "POST",
+        (m, _) => m,
+    };
+    if !url.is_empty() {
+        a.push(("url.full", s(url)));
+    }
+    if !http_method.is_empty() && q.protocol != Protocol::Grpc {
+        a.push(("http.request.method", s(http_method)));
+    }
+    match q.protocol {
+        Protocol::Http => {}
+        Protocol::Mcp => {
+            a.push(("mcp.method.name", s(&q.method)));
+            if !q.tool.is_empty() {
+                a.push(("gen_ai.tool.name", s(&q.tool)));
+            }
+        }
+        Protocol::A2a => a.push(("a2a.method.name", s(&q.method))),
+        Protocol::Jsonrpc => {
+            a.push(("rpc.system", s("jsonrpc")));
+            a.push(("rpc.method", s(&q.method)));
+        }
+        Protocol::Grpc => {
+            a.push(("rpc.system", s("grpc")));
+            let (service, method) = q.method.rsplit_once('/').unwrap_or(("", &q.method));
+            a.push(("rpc.service", s(service.trim_start_matches('/'))));
+            a.push(("rpc.method", s(method)));
+        }
+    }
+    let mut status_error = false;
+    if let Some(r) = &q.last_response {
+        if r.http_status != 0 {
+            a.push((
+                "http.response.status_code",
+                Val::Int(i64::from(r.http_status)),
+            ));
+        }
+        if r.jsonrpc_code != 0 {
+            a.push(("rpc.jsonrpc.error_code", Val::Int(r.jsonrpc_code)));
+        }
+        if let Some(code) = r.grpc_code {
+            a.push(("rpc.grpc.status_code", Val::Int(i64::from(code))));
+        }
+        if r.timed_out {
+            a.push(("error.type", s("timeout")));
+        } else if !r.error_type.is_empty() {
+            a.push(("error.type", s(&r.error_type)));
+        }
+        status_error = r.timed_out || !r.error_type.is_empty();
+    }
+    let mut span_id = [0; 8];
+    span_id.copy_from_slice(&id.to_be_bytes());
+    QuestionSpan {
+        attributes: a,
+        start: now.saturating_sub(1),
+        end: now,
+        status_error,
+        trace_id: [0x9a; 16],
+        span_id,
+    }
+}
+
+/// Answers `q` with `pipeline`'s classifier and tracker state; `id` makes an observed
+/// call's span id unique.
+///
+/// # Errors
+/// [`Unanswerable`] when the question names no target or is not an attempt.
+pub fn decide(
+    pipeline: &Pipeline,
+    q: &Question,
+    now: u64,
+    id: u64,
+) -> Result<Answer, Unanswerable> {
+    let url = if q.url.is_empty() {
+        let interfaces = pipeline.catalog().current();
+        let configured = (0..interfaces.len())
+            .filter_map(|i| interfaces.get(i))
+            .find(|i| i.name == q.interface)
+            .ok_or_else(|| {
+                Unanswerable::NoTarget(if q.interface.is_empty() {
+                    "name the target: url or interface".into()
+                } else {
+                    format!("no interface named {:?} is configured", q.interface)
+                })
+            })?;
+        let (origin, base) = configured
+            .bases
+            .first()
+            .ok_or_else(|| Unanswerable::NoTarget(format!("{} has no URL", q.interface)))?;
+        format!("{origin}{base}")
+    } else {
+        q.url.clone()
+    };
+    let span = span_of(q, &url, now, id);
+    let name = if q.client.service_name.is_empty() {
+        "unknown_service"
+    } else {
+        &q.client.service_name
+    };
+    let client = Client {
+        name,
+        instance: Some(q.client.service_instance_id.as_str()).filter(|i| !i.is_empty()),
+    };
+    let attempt = extract::extract(client, &&span, usize::MAX).map_err(|_| {
+        Unanswerable::NotAnAttempt(match q.protocol {
+            Protocol::Http => "an HTTP call needs its httpMethod",
+            _ => "name the method",
+        })
+    })?;
+    let assessed = pipeline.assess(&attempt, q.last_response.is_some(), q.observe);
+    let origin = attempt.origin.as_ref().map(|o| o.as_str().to_owned());
+    let default_discovery = match q.protocol {
+        Protocol::A2a => Some("/.well-known/agent-card.json"),
+        Protocol::Mcp => Some("/.well-known/mcp/server-card.json"),
+        Protocol::Http => Some("/openapi.json"),
+        Protocol::Grpc | Protocol::Jsonrpc => None,
+    };
+    let discovery = assessed.discovery_path.as_deref().or(default_discovery);
+    let discovery_url = match (origin, discovery) {
+        (Some(o), Some(p)) => format!("{o}{p}"),
+        _ => String::new(),
+    };
+    Ok(answer(
+        q.last_response.as_ref(),
+        &assessed,
+        pipeline.tracker().max_retries(),
+        discovery_url,
+    ))
+}
+
+/// Composes the answer from what the pipeline assessed: without a response, what the
+/// client was told last time decides; with one, its kind does, and a retry gets its backoff
+/// and budget.
+pub fn answer(
+    last_response: Option<&LastResponse>,
+    a: &Assessment,
+    max_retries: u32,
+    discovery_url: String,
+) -> Answer {
+    let remembered = a.last.filter(|(kind, _)| {
+        matches!(kind.class(), Class::Refusal) || *kind == Kind::UnverifiedRefusal
+    });
+    let (kind, mut rule) = match (last_response, remembered) {
+        (None, Some((kind, _))) => (kind, format!("refused before: {}", kind.as_str())),
+        (None, None) => (Kind::Ok, "no response yet".to_owned()),
+        (Some(_), _) => (a.kind, a.rule.clone()),
+    };
+    let mut decision = kind.decision();
+    let (mut backoff_ms, mut retries_left) = (0, 0);
+    if decision == Decision::RetryWithBackoff {
+        let asked = last_response.map_or(0, |r| r.attempt);
+        let n = if asked > 0 { asked } else { a.attempt.max(1) };
+        if n > max_retries {
+            decision = Decision::Abstain;
+            rule = format!("{rule}; retry budget of {max_retries} exhausted");
+        } else {
+            let doubled = FIRST_BACKOFF.saturating_mul(1 << (n - 1).min(16));
+            backoff_ms = u64::try_from(doubled.min(MAX_BACKOFF).as_millis()).unwrap_or(u64::MAX);
+            retries_left = max_retries - n;
+        }
+    }
+    let alternatives = if decision == Decision::RouteElsewhereOrAbstain {
+        a.alternatives
+            .iter()
+            .map(|(interface, url, protocol)| Alternative {
+                interface: interface.clone(),
+                url: url.clone(),
+                protocol: protocol_name(*protocol).to_owned(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Answer {
+        class: kind.class().as_str().to_owned(),
+        kind: kind.as_str().to_owned(),
+        decision: decision.as_str().to_owned(),
+        rule,
+        interface: a.interface.clone(),
+        backoff_ms,
+        retries_left,
+        discovery_url: if decision == Decision::FetchDiscovery {
+            discovery_url
+        } else {
+            String::new()
+        },
+        alternatives,
+        observed: a.observed,
+    }
+}
+
+fn protocol_name(p: InterfaceProtocol) -> &'static str {
+    match p {
+        InterfaceProtocol::Mcp => "mcp",
+        InterfaceProtocol::A2a => "a2a",
+        InterfaceProtocol::Http => "http",
+        InterfaceProtocol::Grpc => "grpc",
+    }
+}
+
+/// Which alerts a watcher wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Filter {
+    /// Only this client; empty: all.
+    pub client: String,
+    /// Only this interface; empty: all.
+    pub interface: String,
+    /// Only this severity and above; empty: all.
+    pub min_severity: String,
+}
+
+impl Filter {
+    /// Whether `alert` passes.
+    pub fn admits(&self, alert: &Alert) -> bool {
+        let min = match self.min_severity.to_ascii_lowercase().as_str() {
+            "critical" => Severity::Critical,
+            _ => Severity::Warning,
+        };
+        (self.client.is_empty() || *alert.key.client == *self.client)
+            && (self.interface.is_empty() || *alert.key.interface == *self.interface)
+            && alert.severity >= min
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::Declared;
+
+    fn assessed(kind: Kind, last: Option<(Kind, u32)>, attempt: u32) -> Assessment {
+        Assessment {
+            kind,
+            rule: "r".into(),
+            interface: "i".into(),
+            declared: Declared::Unknown,
+            last,
+            attempt,
+            observed: false,
+            alternatives: vec![(
+                "other".into(),
+                "http://o.test/x".into(),
+                InterfaceProtocol::Http,
+            )],
+            discovery_path: None,
+        }
+    }
+
+    fn response(attempt: u32) -> LastResponse {
+        LastResponse {
+            attempt,
+            ..LastResponse::default()
+        }
+    }
+
+    #[test]
+    fn a_retry_gets_a_doubling_backoff_until_the_budget_is_spent() {
+        let a = assessed(Kind::Transient, None, 1);
+        let waits: Vec<(String, u64, u32)> = (1..=4)
+            .map(|n| {
+                let r = answer(Some(&response(n)), &a, 3, String::new());
+                (r.decision, r.backoff_ms, r.retries_left)
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            vec![
+                ("retry_with_backoff".into(), 1000, 2),
+                ("retry_with_backoff".into(), 2000, 1),
+                ("retry_with_backoff".into(), 4000, 0),
+                ("abstain".into(), 0, 0),
+            ]
+        );
+        let far = answer(Some(&response(9)), &a, 64, String::new());
+        assert_eq!(far.backoff_ms, 30_000, "at most 30 s");
+    }
+
+    #[test]
+    fn without_a_response_what_was_refused_before_decides() {
+        let fresh = answer(None, &assessed(Kind::Ok, None, 1), 3, String::new());
+        assert_eq!(
+            (fresh.kind.as_str(), fresh.decision.as_str()),
+            ("ok", "proceed")
+        );
+        assert!(fresh.alternatives.is_empty());
+        let refused = answer(
+            None,
+            &assessed(Kind::Ok, Some((Kind::InterfaceNotDeclared, 1)), 2),
+            3,
+            String::new(),
+        );
+        assert_eq!(refused.decision, "route_elsewhere_or_abstain");
+        assert_eq!(refused.rule, "refused before: interface_not_declared");
+        assert_eq!(refused.alternatives[0].interface, "other");
+        let unverified = answer(
+            None,
+            &assessed(Kind::Ok, Some((Kind::UnverifiedRefusal, 1)), 2),
+            3,
+            "http://a.test/.well-known/agent-card.json".into(),
+        );
+        assert_eq!(unverified.decision, "fetch_discovery");
+        assert_eq!(
+            unverified.discovery_url,
+            "http://a.test/.well-known/agent-card.json"
+        );
+    }
+}
