@@ -53,7 +53,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             a.kind,
             a.rule,
             if a.backoff_ms > 0 {
-                format!("; wait {} ms, {} retries left after", a.backoff_ms, a.retries_left)
+                format!(
+                    "; wait {} ms, {} retries left after",
+                    a.backoff_ms, a.retries_left
+                )
             } else {
                 String::new()
             },

@@ -599,12 +599,33 @@ async fn after_a_refusal_decide_routes_to_the_interface_that_declares_the_operat
     });
     let answer = gate(&b)
         .await
-        .decide(fresh)
+        .decide(fresh.clone())
         .await
         .expect("decided")
         .into_inner();
     assert_eq!(answer.decision, "proceed");
     assert!(answer.alternatives.is_empty());
+
+    // An agent that sends no spans has its calls counted when it says so.
+    fresh.observe = true;
+    fresh.last_response = Some(http(503));
+    let answer = gate(&b)
+        .await
+        .decide(fresh)
+        .await
+        .expect("decided")
+        .into_inner();
+    assert!(answer.observed);
+    assert_eq!(answer.decision, "retry_with_backoff");
+    let m = scrape(&b).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_attempts_total",
+            &[("client", "newcomer"), ("kind", "transient")]
+        ),
+        1.0
+    );
     server.shutdown().await;
 }
 
