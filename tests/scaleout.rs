@@ -192,13 +192,16 @@ async fn routing_by_client_keeps_every_detection_and_random_routing_loses_them()
     let ring = Ring::new(REPLICAS);
 
     // The fleet's requests, interleaved across clients in time order.
-    let mut requests: Vec<(u64, Vec<u8>)> = Vec::new();
     let plays: Vec<Vec<Span>> = (0..CLIENTS).map(attempts).collect();
-    for step in 0..plays[0].len() {
-        for c in 0..CLIENTS {
-            requests.push((c, request(c, plays[c as usize][step].clone())));
-        }
-    }
+    let steps = plays[0].len();
+    let requests: Vec<(u64, Vec<u8>)> = (0..steps)
+        .flat_map(|step| {
+            plays
+                .iter()
+                .zip(0..)
+                .map(move |(play, c)| (c, request(c, play[step].clone())))
+        })
+        .collect();
 
     let single = replica(&dir, "single").await;
     for (_, body) in &requests {
