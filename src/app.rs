@@ -77,6 +77,9 @@ pub struct Server {
     tls: Vec<Arc<Tls>>,
     /// Reloads certificates whose files changed, every `reload_interval`.
     tls_reloader: JoinHandle<()>,
+    /// Where the tracker's state is kept, and the task that writes it periodically.
+    state_file: Option<PathBuf>,
+    state_writer: Option<JoinHandle<()>>,
 }
 
 /// Logs and counts one document load.
@@ -184,6 +187,41 @@ async fn serve_http(
     }
 }
 
+/// Reads the state file at `path`; a missing file is a first start, an unusable one is
+/// reported and ignored.
+fn read_state(path: &std::path::Path) -> Option<crate::state::State> {
+    if !path.exists() {
+        tracing::info!(path = %path.display(), "No state file yet; the tracker starts empty.");
+        return None;
+    }
+    match crate::state::read(path) {
+        Ok(state) => Some(state),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "State file ignored; the tracker starts empty.");
+            None
+        }
+    }
+}
+
+/// Writes the tracker's state to `path`; a failure is logged (the next write may succeed).
+fn write_state(pipeline: &Pipeline, path: &std::path::Path) {
+    let state = pipeline.state();
+    let groups = state.groups.len();
+    match crate::state::write(path, &state) {
+        Ok(()) => tracing::debug!(path = %path.display(), groups, "State file written."),
+        Err(e) => tracing::error!(error = %e, "Could not write the state file."),
+    }
+}
+
+/// Writes the state file every `every`, off the async workers.
+async fn write_state_every(pipeline: Arc<Pipeline>, path: PathBuf, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        let (pipeline, path) = (Arc::clone(&pipeline), path.clone());
+        let _ = tokio::task::spawn_blocking(move || write_state(&pipeline, &path)).await;
+    }
+}
+
 /// Checks the certificate files every `reload_interval` (the shortest configured) and
 /// reloads those that changed.
 async fn reload_tls_files(tls: Vec<Arc<Tls>>) {
@@ -271,7 +309,20 @@ impl Server {
                 }
                 None => None,
             };
+        let state_file = config
+            .tracker
+            .state_file
+            .as_ref()
+            .map(|f| config.base_dir.join(f));
+        let restored = state_file.as_deref().and_then(read_state);
+        if let Some(state) = &restored {
+            pipeline = pipeline.with_seed(state.seed);
+        }
         let pipeline = Arc::new(pipeline);
+        if let Some(state) = restored {
+            let keys = pipeline.restore(state);
+            tracing::info!(keys, "Tracker state restored from the state file.");
+        }
         for report in &reports {
             record_load(&pipeline, report);
         }
@@ -333,6 +384,11 @@ impl Server {
             .flatten()
             .collect();
         let tls_reloader = tokio::spawn(reload_tls_files(tls.clone()));
+        let state_writer = state_file.clone().and_then(|path| {
+            let every = config.tracker.state_interval;
+            let pipeline = Arc::clone(&pipeline);
+            (!every.is_zero()).then(|| tokio::spawn(write_state_every(pipeline, path, every)))
+        });
 
         let sweep_pipeline = Arc::clone(&pipeline);
         let sweeper = tokio::spawn(async move {
@@ -387,6 +443,8 @@ impl Server {
             tokens: [receiver_tokens, admin_tokens],
             tls,
             tls_reloader,
+            state_file,
+            state_writer,
         };
         server.start_watchers();
         Ok(server)
@@ -480,6 +538,12 @@ impl Server {
             task.abort();
         }
         self.pipeline.settle(true);
+        if let Some(task) = self.state_writer {
+            task.abort();
+        }
+        if let Some(path) = &self.state_file {
+            write_state(&self.pipeline, path);
+        }
         if let (Some(task), Some(am)) = (self.delivery, &self.alertmanager) {
             // The last alerts go out once, within the deadline; then the task stops.
             task.abort();

@@ -26,7 +26,9 @@ pub enum Class {
 }
 
 /// The finer kind of an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Kind {
     /// It did not fail.
     Ok,
@@ -60,7 +62,7 @@ pub enum Decision {
 }
 
 /// What a response says, before the client's history is taken into account.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// No error.
     Ok,

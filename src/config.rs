@@ -320,6 +320,12 @@ pub struct TrackerConfig {
     /// (a read of `/metrics` counts what is pending at once).
     #[serde(deserialize_with = "duration")]
     pub reorder_window: Duration,
+    /// Where the tracker's state is kept across restarts (relative to the configuration
+    /// file): written on shutdown and every `state_interval`, read on start. None: not kept.
+    pub state_file: Option<std::path::PathBuf>,
+    /// How often the state file is written while serving (0s: only on shutdown).
+    #[serde(deserialize_with = "duration")]
+    pub state_interval: Duration,
 }
 
 impl Default for TrackerConfig {
@@ -330,6 +336,8 @@ impl Default for TrackerConfig {
             key_ttl: Duration::from_secs(3600),
             max_keys: 500_000,
             reorder_window: Duration::from_secs(5),
+            state_file: None,
+            state_interval: Duration::from_secs(60),
         }
     }
 }

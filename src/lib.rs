@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod receiver;
 pub mod replay;
 pub mod retry;
+pub mod state;
 pub mod tls;
 pub mod tracker;
 pub mod workload;

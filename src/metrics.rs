@@ -278,7 +278,13 @@ impl Metrics {
             config: config.clone(),
             names: Mutex::new(Names::default()),
             pairs: RwLock::new(Vec::new()),
-            clock: AtomicU64::new(0),
+            // Now, not 0: a pair made before the first sweep is stamped with the time it
+            // was made, not with the epoch (which the first sweep would take as long gone).
+            clock: AtomicU64::new(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            ),
             series_expired,
             attempts,
             violations,
@@ -653,6 +659,19 @@ mod tests {
         drop(names);
         m.record(&[counted(overflow)]);
         assert!(m.render().contains("client=\"__overflow__\""));
+    }
+
+    #[test]
+    fn a_pair_made_before_the_first_sweep_is_not_taken_as_long_gone() {
+        let m = metrics(3600);
+        let a = m.labels(1, "a", 9, "i");
+        m.record(&[counted(a)]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs();
+        assert_eq!(m.sweep(now + 1), 0);
+        assert!(m.render().contains("client=\"a\""));
     }
 
     #[test]

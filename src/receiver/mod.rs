@@ -477,8 +477,10 @@ pub struct Pipeline {
     metrics: Metrics,
     alerter: Arc<Alerter>,
     exporter: Option<Arc<Exporter>>,
-    /// foldhash: a fast keyed hash, seeded per process so ids cannot be aimed at.
-    hasher: foldhash::fast::RandomState,
+    /// foldhash: a fast keyed hash, seeded at random so ids cannot be aimed at (the seed is
+    /// kept in the state file, so ids survive a restart).
+    hasher: foldhash::fast::FixedState,
+    seed: u64,
     /// Attributes read per span and per resource.
     max_attributes: usize,
 }
@@ -608,15 +610,71 @@ impl Pipeline {
         alerting: &AlertingConfig,
     ) -> Pipeline {
         let (alerts, deliveries) = metrics.alert_counters();
+        // A random seed: the standard library's per-process random keys.
+        let seed = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            "refusal-gate",
+        );
         Pipeline {
             catalog,
             tracker,
             metrics,
             alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
             exporter: None,
-            hasher: foldhash::fast::RandomState::default(),
+            hasher: foldhash::fast::FixedState::with_seed(seed),
+            seed,
             max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
         }
+    }
+
+    /// Hashes with `seed` (the one a state file was written with).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Pipeline {
+        self.hasher = foldhash::fast::FixedState::with_seed(seed);
+        self.seed = seed;
+        self
+    }
+
+    /// The tracker's state, for the state file.
+    pub fn state(&self) -> crate::state::State {
+        let groups = self.tracker.export();
+        let handles: std::collections::BTreeSet<u32> = groups.iter().map(|g| g.labels).collect();
+        let labels = handles
+            .into_iter()
+            .filter_map(|id| {
+                let (client, interface) = self.metrics.label_names(id)?;
+                Some((id, client.to_string(), interface.to_string()))
+            })
+            .collect();
+        crate::state::State {
+            format: crate::state::FORMAT.to_owned(),
+            version: crate::state::VERSION,
+            seed: self.seed,
+            saved_at_unix_ms: crate::state::now_ms(),
+            labels,
+            groups,
+        }
+    }
+
+    /// Takes the tracker state read from a state file (written with this pipeline's seed:
+    /// see [`Pipeline::with_seed`]); returns how many keys it took.
+    pub fn restore(&self, state: crate::state::State) -> usize {
+        let names: std::collections::HashMap<u32, (String, String)> = state
+            .labels
+            .into_iter()
+            .map(|(id, c, i)| (id, (c, i)))
+            .collect();
+        let taken = self
+            .tracker
+            .import(state.groups, |old| match names.get(&old) {
+                Some((c, i)) => {
+                    self.metrics
+                        .labels(self.hash(c.as_str()), c, self.hash(i.as_str()), i)
+                }
+                None => self.metrics.labels(0, "unknown_service", 0, "unknown"),
+            });
+        self.metrics.set_tracker_keys(self.tracker.keys());
+        taken
     }
 
     /// Reads at most `n` attributes of each span and resource; the rest are skipped unread

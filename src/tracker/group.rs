@@ -26,7 +26,7 @@ const MAX_PENDING_PER_KEY: usize = 32;
 
 /// One attempt in a key's history: 48 bytes, the flags packed into one byte (a test
 /// keeps it so; it is most of a key's memory).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Entry {
     start: Nanos,
     end: Nanos,
@@ -103,7 +103,7 @@ impl Key {
 }
 
 /// The discovery reads and refusals of a group.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct Lists {
     /// The earliest discovery read's end: "has read" is `first_read <= start`.
     first_read: Option<Nanos>,
@@ -129,7 +129,80 @@ pub(super) struct Group {
     latest_pending_start: Nanos,
 }
 
+/// One group as the state file holds it (see [`super::Tracker::export`]).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct GroupState {
+    /// The client instance's hash.
+    pub client: u64,
+    /// The interface's hash.
+    pub interface: u64,
+    /// The metric labels handle of the process that wrote it.
+    pub labels: u32,
+    lists: Lists,
+    keys: Vec<KeyState>,
+}
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct KeyState {
+    operation_hash: u64,
+    operation: String,
+    last_seen: Nanos,
+    history: Vec<Entry>,
+}
+
 impl Group {
+    /// The group's state, for the state file.
+    pub(super) fn export(&self, client: u64, interface: u64) -> GroupState {
+        GroupState {
+            client,
+            interface,
+            labels: self.labels,
+            lists: self.lists.clone(),
+            keys: self
+                .keys
+                .iter()
+                .map(|(op, k)| KeyState {
+                    operation_hash: *op,
+                    operation: k.operation.to_string(),
+                    last_seen: k.last_seen,
+                    history: k.history.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// A group from the state file, with at most `room` keys (the most recently seen),
+    /// every verdict settled and each history within bounds.
+    pub(super) fn import(state: GroupState, labels: u32, p: &Params, room: usize) -> Group {
+        let mut group = Group::new(labels);
+        group.lists = state.lists;
+        // Sorted ascending: the latest are kept.
+        for (list, cap) in [
+            (&mut group.lists.reads, READS_KEPT),
+            (&mut group.lists.refusals, REFUSALS_KEPT),
+        ] {
+            list.sort_unstable();
+            let excess = list.len().saturating_sub(cap);
+            list.drain(..excess);
+        }
+        let mut keys = state.keys;
+        keys.sort_by_key(|k| std::cmp::Reverse(k.last_seen));
+        for k in keys.into_iter().take(room) {
+            let mut key = Key::new(p, &k.operation);
+            key.last_seen = k.last_seen;
+            let mut history = k.history;
+            history.sort_by_key(Entry::order);
+            let skip = history.len().saturating_sub(p.depth);
+            for mut e in history.into_iter().skip(skip) {
+                e.set(SETTLED);
+                key.history.push(e);
+            }
+            key.settled_prefix = key.history.len() as u32;
+            group.keys.insert(k.operation_hash, key);
+        }
+        group
+    }
+
     pub(super) fn new(labels: u32) -> Group {
         Group {
             labels,

@@ -13,6 +13,8 @@
 
 mod group;
 
+pub use group::GroupState;
+
 use crate::classify::Kind;
 use crate::classify::Outcome;
 use crate::config::TrackerConfig;
@@ -30,7 +32,9 @@ pub type Nanos = u64;
 const MAX_SHARDS: usize = 16;
 
 /// A violation of the decision boundary (DESIGN §5), in priority order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Violation {
     /// Retried after an authoritative refusal.
     RetryAfterRefusal,
@@ -311,6 +315,47 @@ impl Tracker {
         }
         let group = shard.groups.get_mut(&obs.group)?;
         group.observe(now, obs, p, out).flatten()
+    }
+
+    /// A copy of every group's state, for the state file; one shard locked at a time.
+    pub fn export(&self) -> Vec<GroupState> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            out.extend(
+                shard
+                    .groups
+                    .iter()
+                    .map(|(id, g)| g.export(id.client, id.interface)),
+            );
+        }
+        out
+    }
+
+    /// Adds groups read back from a state file, every verdict in them settled (they were
+    /// counted by the process that wrote them), within `max_keys`; `relabel` gives each
+    /// group's metric labels handle from its old one. Returns how many keys it took.
+    pub fn import(&self, groups: Vec<GroupState>, mut relabel: impl FnMut(u32) -> u32) -> usize {
+        let mut taken = 0;
+        for state in groups {
+            let id = GroupId {
+                client: state.client,
+                interface: state.interface,
+            };
+            let mut shard = self.shard(&id);
+            let room = shard.cap.saturating_sub(shard.keys);
+            let labels = relabel(state.labels);
+            let group = Group::import(state, labels, &self.params, room);
+            let keys = group.keys.len();
+            if keys == 0 || shard.groups.contains_key(&id) {
+                continue;
+            }
+            shard.groups.insert(id, group);
+            shard.keys += keys;
+            taken += keys;
+        }
+        self.keys.fetch_add(taken, Ordering::Relaxed);
+        taken
     }
 
     /// What the tracker holds for `group` and `operation`, without changing anything: for

@@ -19,6 +19,7 @@ fn config() -> TrackerConfig {
         key_ttl: Duration::from_secs(3600),
         max_keys: 1000,
         reorder_window: Duration::from_secs(5),
+        ..TrackerConfig::default()
     }
 }
 

@@ -1,0 +1,97 @@
+//! The tracker's state file (`tracker.state_file`): what each client has been refused
+//! survives a restart, so a rolling restart in the middle of a retry storm still catches the
+//! next retry.
+//!
+//! Edge. The file is gzip-compressed JSON: a format name, a version, the hash seed the ids in
+//! it were made with, the (client, interface) names of the metric label handles it refers
+//! to, and every group of the tracker. It is written to a temporary file beside it and
+//! renamed over it, so a reader never sees half a file. A file that cannot be read, is
+//! corrupt, or has another format or version is reported and ignored: the process starts
+//! with an empty tracker, never fails to start because of it.
+
+use crate::tracker::GroupState;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use serde::{Deserialize, Serialize};
+use std::io::{BufReader, BufWriter};
+use std::path::Path;
+
+/// The format name written in every state file.
+pub const FORMAT: &str = "refusal-gate/tracker-state";
+/// The version this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Everything a state file holds.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct State {
+    /// [`FORMAT`].
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// The seed of the hash the ids were made with.
+    pub seed: u64,
+    /// When it was written, Unix milliseconds.
+    pub saved_at_unix_ms: u64,
+    /// (label handle, client, interface) of every handle the groups use.
+    pub labels: Vec<(u32, String, String)>,
+    /// The tracker's groups.
+    pub groups: Vec<GroupState>,
+}
+
+/// Just the header, read first, so that another version is reported as such rather than
+/// as a shape the parser does not know.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    format: String,
+    #[serde(default)]
+    version: u32,
+}
+
+/// Writes `state` to `path` atomically (a temporary file beside it, then a rename).
+///
+/// # Errors
+/// The I/O error, with the path.
+pub fn write(path: &Path, state: &State) -> Result<(), String> {
+    let tmp = path.with_extension("tmp");
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", tmp.display());
+    let file = std::fs::File::create(&tmp).map_err(|e| fail(&e))?;
+    let mut gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
+    serde_json::to_writer(&mut gz, state).map_err(|e| fail(&e))?;
+    let file = gz
+        .finish()
+        .map_err(|e| fail(&e))?
+        .into_inner()
+        .map_err(|e| fail(&e))?;
+    file.sync_all().map_err(|e| fail(&e))?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads the state file at `path`.
+///
+/// # Errors
+/// Why it cannot be used: unreadable, corrupt, another format, another version.
+pub fn read(path: &Path) -> Result<State, String> {
+    let open = || {
+        std::fs::File::open(path)
+            .map(|f| GzDecoder::new(BufReader::new(f)))
+            .map_err(|e| e.to_string())
+    };
+    let header: Header = serde_json::from_reader(open()?).map_err(|e| format!("corrupt: {e}"))?;
+    if header.format != FORMAT {
+        return Err(format!("not a state file (format {:?})", header.format));
+    }
+    if header.version != VERSION {
+        return Err(format!(
+            "version {}, this build reads version {VERSION}",
+            header.version
+        ));
+    }
+    serde_json::from_reader(open()?).map_err(|e| format!("corrupt: {e}"))
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    crate::receiver::wall_clock() / 1_000_000
+}

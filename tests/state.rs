@@ -1,0 +1,199 @@
+//! The tracker's state across restarts, black-box with the binary: stopped with SIGTERM
+//! after a refusal and started again on the same `state_file`, it counts the retry as a
+//! retry after refusal; a corrupt or foreign state file is reported and ignored.
+
+mod common;
+
+use common::{export, free_port, http_span, value, Reaper};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
+
+struct Ports {
+    http: u16,
+    admin: u16,
+}
+
+fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
+    let (grpc, http, admin) = (free_port(), free_port(), free_port());
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
+    http: {{ endpoint: 127.0.0.1:{http} }}
+admin:
+  endpoint: 127.0.0.1:{admin}
+interfaces:
+  - name: orders-api
+    protocol: http
+    url: http://api.test
+    endpoints:
+      - path: /v1/orders
+tracker:
+  state_file: tracker-state.json.gz
+"
+        ),
+    )
+    .expect("written");
+    (path, Ports { http, admin })
+}
+
+async fn serve(config: &Path, admin: u16) -> Reaper {
+    let child = Reaper(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(config)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts"),
+    );
+    for _ in 0..100 {
+        if reqwest::get(format!("http://127.0.0.1:{admin}/healthz"))
+            .await
+            .is_ok()
+        {
+            return child;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the server did not come up");
+}
+
+async fn post(http: u16, body: Vec<u8>) {
+    let r = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{http}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 200);
+}
+
+async fn metrics(admin: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// SIGTERM, and the exit status; the process's log.
+fn terminate(mut reaper: Reaper) -> String {
+    let child: &mut Child = &mut reaper.0;
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = child.wait().expect("it exits");
+    assert!(exit.success(), "a clean exit on SIGTERM: {exit}");
+    let mut log = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut err, &mut log).ok();
+    }
+    log
+}
+
+fn retry_after_refusal(m: &str) -> f64 {
+    value(
+        m,
+        "refusal_gate_violations_total",
+        &[("client", "storm"), ("violation", "retry_after_refusal")],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry() {
+    let dir = std::env::temp_dir().join(format!("rg-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let (config, ports) = config(&dir);
+
+    // Before the restart: the client reads the contract and is refused an undeclared path.
+    let first = serve(&config, ports.admin).await;
+    post(
+        ports.http,
+        export(
+            "storm",
+            vec![
+                http_span(1, "GET", "http://api.test/openapi.json", 200),
+                http_span(2, "POST", "http://api.test/v1/refunds", 404),
+            ],
+        ),
+    )
+    .await;
+    let before = metrics(ports.admin).await;
+    assert_eq!(retry_after_refusal(&before), 0.0);
+    terminate(first);
+    assert!(
+        dir.join("tracker-state.json.gz").exists(),
+        "written on shutdown"
+    );
+
+    // After it: the retry is caught.
+    let _second = serve(&config, ports.admin).await;
+    post(
+        ports.http,
+        export(
+            "storm",
+            vec![http_span(3, "POST", "http://api.test/v1/refunds", 404)],
+        ),
+    )
+    .await;
+    let after = metrics(ports.admin).await;
+    assert_eq!(
+        retry_after_refusal(&after),
+        1.0,
+        "the refusal survived the restart"
+    );
+    assert_eq!(value(&after, "refusal_gate_tracker_keys", &[]), 2.0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_or_foreign_state_file_is_reported_and_ignored() {
+    let dir = std::env::temp_dir().join(format!("rg-state-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let (config, ports) = config(&dir);
+    let state = dir.join("tracker-state.json.gz");
+    let foreign = {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(
+            &mut gz,
+            br#"{"format":"refusal-gate/tracker-state","version":99,"groups":[]}"#,
+        )
+        .expect("compressed");
+        gz.finish().expect("compressed")
+    };
+    for (contents, says) in [
+        (b"not gzip at all".to_vec(), "corrupt"),
+        (foreign, "version 99, this build reads version 1"),
+    ] {
+        std::fs::write(&state, &contents).expect("written");
+        let child = serve(&config, ports.admin).await;
+        post(
+            ports.http,
+            export(
+                "fresh",
+                vec![http_span(1, "GET", "http://api.test/v1/orders", 200)],
+            ),
+        )
+        .await;
+        let m = metrics(ports.admin).await;
+        assert_eq!(
+            value(&m, "refusal_gate_tracker_keys", &[]),
+            1.0,
+            "it started empty"
+        );
+        let log = terminate(child);
+        assert!(log.contains("State file ignored"), "reported: {log}");
+        assert!(log.contains(says), "{says}: {log}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
