@@ -1,6 +1,7 @@
 //! Scale-out, simulated with real processes: a fleet of clients plays its attempts through a
-//! router into three refusal-gate binaries. Routed by a consistent hash of the resource (the
-//! rule of the Collector's load-balancing exporter with `routing_key: resource`), the
+//! router into three refusal-gate binaries. Routed by a consistent hash of the client's
+//! identity, its resource's `service.name` and `service.instance.id` (the rule of the
+//! Collector's load-balancing exporter with `routing_key: attributes` on those two), the
 //! replicas' summed violation counts equal those of a single process; routed at random, they
 //! do not — each replica sees only part of a client's history, so retries after a refusal go
 //! unseen. Both figures are printed.
@@ -140,7 +141,7 @@ impl Ring {
         Ring(nodes)
     }
 
-    /// The replica for a resource: by the hash of its attributes (`routing_key: resource`).
+    /// The replica for a resource: by the hash of its identifying attributes.
     fn route(&self, resource: &Resource) -> usize {
         let key: String = resource
             .attributes
