@@ -12,10 +12,8 @@ use prost::Message;
 use refusal_gate::classify::Kind;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::config::{Config, TrackerConfig};
-use refusal_gate::discovery::loader::Catalog;
 use refusal_gate::discovery::Declared;
 use refusal_gate::extract;
-use refusal_gate::metrics::Metrics;
 use refusal_gate::receiver::{wire, Encoding, Pipeline, Transport};
 use refusal_gate::tracker::{Event, GroupId, Observation, Tracker};
 use refusal_gate::workload;
@@ -31,13 +29,7 @@ fn request(n: usize, clients: usize) -> ExportTraceServiceRequest {
 /// A pipeline on the default configuration, warmed with every key of the workload so the
 /// benches measure the steady state.
 fn warm_pipeline(bodies: &[Vec<u8>]) -> Pipeline {
-    let config = Config::default();
-    let pipeline = Pipeline::new(
-        Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
-        Tracker::new(&config.tracker),
-        Metrics::new(&config.metrics),
-        &config.alerting,
-    );
+    let pipeline = Pipeline::from_config(&Config::default());
     for body in bodies {
         pipeline
             .handle(Transport::Grpc, body, Encoding::Protobuf)

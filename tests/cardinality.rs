@@ -5,16 +5,14 @@
 
 mod common;
 
-use common::{free_port, kv, Reaper};
+use common::kv;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
 use prost::Message;
 use std::collections::BTreeSet;
-use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
 const SPANS: u64 = 1_000_000;
 const BATCH: u64 = 2_000;
 const MAX_KEYS: usize = 100_000;
@@ -68,43 +66,18 @@ fn rss_mib(pid: u32, field: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_new_clients_and_paths_stay_within_the_bounds() {
-    let (http, grpc, admin) = (free_port(), free_port(), free_port());
     let dir = std::env::temp_dir().join(format!("rg-cardinality-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
-    let config = dir.join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "receivers:
-  otlp:
-    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
-    http: {{ endpoint: 127.0.0.1:{http} }}
-admin:
-  endpoint: 127.0.0.1:{admin}
-tracker:
-  max_keys: {MAX_KEYS}
-metrics:
-  max_clients: {MAX_CLIENTS}
-"
-        ),
-    )
-    .expect("written");
-    let child = std::process::Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the server starts");
-    let pid = child.id();
-    let _reaper = Reaper(child);
+    let (config, ports) = common::binary_config(
+        &dir,
+        "config",
+        &format!("tracker:\n  max_keys: {MAX_KEYS}\nmetrics:\n  max_clients: {MAX_CLIENTS}\n"),
+    );
+    let (http, admin) = (ports.http, ports.admin);
+    let server = common::spawn_binary(&config, admin, std::process::Stdio::null()).await;
+    let pid = server.0.id();
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{admin}");
-    for _ in 0..100 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let mut peak = 0;
     for n in 0..SPANS / BATCH {

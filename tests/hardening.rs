@@ -6,11 +6,8 @@
 mod common;
 
 use bytes::Bytes;
-use common::{export, http_span, scrape, start, value};
-use opentelemetry::trace::{SpanKind, Tracer, TracerProvider as _};
+use common::{export, http_span, scrape, sdk_export, start, value};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use opentelemetry_sdk::Resource;
 use refusal_gate::app::Bound;
 use refusal_gate::export::{RawCodec, EXPORT_PATH};
 use std::collections::HashMap;
@@ -27,34 +24,6 @@ admin:
   endpoint: 127.0.0.1:0
   auth: { tokens: [admin-token] }
 ";
-
-/// Exports one client span through the SDK's exporter; whether the export succeeded.
-async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &str) -> bool {
-    let provider = SdkTracerProvider::builder()
-        .with_resource(
-            Resource::builder()
-                .with_service_name(service.to_owned())
-                .build(),
-        )
-        .with_simple_exporter(exporter)
-        .build();
-    tokio::task::spawn_blocking(move || {
-        let tracer = provider.tracer("agent");
-        tracer
-            .span_builder("GET")
-            .with_kind(SpanKind::Client)
-            .with_attributes(vec![
-                opentelemetry::KeyValue::new("http.request.method", "GET"),
-                opentelemetry::KeyValue::new("url.full", "http://api.test/x"),
-                opentelemetry::KeyValue::new("http.response.status_code", 200),
-            ])
-            .start(&tracer);
-        drop(tracer);
-        provider.shutdown().is_ok()
-    })
-    .await
-    .expect("the exporting thread finishes")
-}
 
 fn grpc_exporter(bound: &Bound, token: Option<&str>) -> opentelemetry_otlp::SpanExporter {
     let mut metadata = tonic::metadata::MetadataMap::new();

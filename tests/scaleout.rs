@@ -8,15 +8,13 @@
 
 mod common;
 
-use common::{free_port, http_span, kv, Reaper};
+use common::{http_span, kv, Reaper};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
-use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
 const CLIENTS: u64 = 40;
 const REPLICAS: usize = 3;
 
@@ -28,49 +26,21 @@ struct Replica {
 }
 
 async fn replica(dir: &std::path::Path, name: &str) -> Replica {
-    let (grpc, http, admin) = (free_port(), free_port(), free_port());
-    let config = dir.join(format!("{name}.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "receivers:
-  otlp:
-    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
-    http: {{ endpoint: 127.0.0.1:{http} }}
-admin:
-  endpoint: 127.0.0.1:{admin}
-interfaces:
+    let (config, ports) = common::binary_config(
+        dir,
+        name,
+        "interfaces:
   - name: orders-api
     protocol: http
     url: http://api.test
     endpoints:
       - path: /v1/orders
-"
-        ),
-    )
-    .expect("written");
-    let child = std::process::Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the binary starts");
-    let client = reqwest::Client::new();
-    for _ in 0..100 {
-        if client
-            .get(format!("http://127.0.0.1:{admin}/healthz"))
-            .send()
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+",
+    );
     Replica {
-        http,
-        admin,
-        _reaper: Reaper(child),
+        http: ports.http,
+        admin: ports.admin,
+        _reaper: common::spawn_binary(&config, ports.admin, std::process::Stdio::null()).await,
     }
 }
 

@@ -4,31 +4,15 @@
 
 mod common;
 
-use common::{export, free_port, http_span, value, Reaper};
+use common::{export, http_span, value, Ports, Reaper};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
-
-struct Ports {
-    http: u16,
-    admin: u16,
-}
 
 fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
-    let (grpc, http, admin) = (free_port(), free_port(), free_port());
-    let path = dir.join("config.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "receivers:
-  otlp:
-    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
-    http: {{ endpoint: 127.0.0.1:{http} }}
-admin:
-  endpoint: 127.0.0.1:{admin}
-interfaces:
+    common::binary_config(
+        dir,
+        "config",
+        "interfaces:
   - name: orders-api
     protocol: http
     url: http://api.test
@@ -36,32 +20,12 @@ interfaces:
       - path: /v1/orders
 tracker:
   state_file: tracker-state.json.gz
-"
-        ),
+",
     )
-    .expect("written");
-    (path, Ports { http, admin })
 }
 
 async fn serve(config: &Path, admin: u16) -> Reaper {
-    let child = Reaper(
-        Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(config)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts"),
-    );
-    for _ in 0..100 {
-        if reqwest::get(format!("http://127.0.0.1:{admin}/healthz"))
-            .await
-            .is_ok()
-        {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the server did not come up");
+    common::spawn_binary(config, admin, Stdio::piped()).await
 }
 
 async fn post(http: u16, body: Vec<u8>) {

@@ -5,11 +5,8 @@
 
 mod common;
 
-use common::{export, http_span, start, value};
-use opentelemetry::trace::{SpanKind, Tracer, TracerProvider as _};
+use common::{export, http_span, sdk_export, start, value};
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
-use opentelemetry_sdk::trace::SdkTracerProvider;
-use opentelemetry_sdk::Resource;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use refusal_gate::app::Bound;
 use std::path::{Path, PathBuf};
@@ -67,34 +64,6 @@ fn tls_block(dir: &Path, extra: &str) -> String {
         "{{ cert_file: {0}/server.pem, key_file: {0}/server.key{extra} }}",
         dir.display()
     )
-}
-
-/// Exports one client span through `exporter`; whether the export succeeded.
-async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &str) -> bool {
-    let provider = SdkTracerProvider::builder()
-        .with_resource(
-            Resource::builder()
-                .with_service_name(service.to_owned())
-                .build(),
-        )
-        .with_simple_exporter(exporter)
-        .build();
-    tokio::task::spawn_blocking(move || {
-        let tracer = provider.tracer("agent");
-        tracer
-            .span_builder("GET")
-            .with_kind(SpanKind::Client)
-            .with_attributes(vec![
-                opentelemetry::KeyValue::new("http.request.method", "GET"),
-                opentelemetry::KeyValue::new("url.full", "http://api.test/x"),
-                opentelemetry::KeyValue::new("http.response.status_code", 200),
-            ])
-            .start(&tracer);
-        drop(tracer);
-        provider.shutdown().is_ok()
-    })
-    .await
-    .expect("the exporting thread finishes")
 }
 
 fn grpc_exporter(bound: &Bound, tls: ClientTlsConfig) -> opentelemetry_otlp::SpanExporter {

@@ -4,23 +4,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use refusal_gate::config::Config;
-use refusal_gate::discovery::loader::Catalog;
-use refusal_gate::metrics::Metrics;
 use refusal_gate::receiver::{Encoding, Pipeline, Transport};
-use refusal_gate::tracker::Tracker;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 /// One pipeline on the default configuration for the whole run, so that state built by
 /// earlier inputs (keys, pending verdicts, alerts) meets later ones.
-static PIPELINE: LazyLock<Pipeline> = LazyLock::new(|| {
-    let config = Config::default();
-    Pipeline::new(
-        Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
-        Tracker::new(&config.tracker),
-        Metrics::new(&config.metrics),
-        &config.alerting,
-    )
-});
+static PIPELINE: LazyLock<Pipeline> = LazyLock::new(|| Pipeline::from_config(&Config::default()));
 
 fuzz_target!(|data: &[u8]| {
     let _ = PIPELINE.handle(Transport::Http, data, Encoding::Json);

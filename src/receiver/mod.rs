@@ -627,6 +627,19 @@ impl Pipeline {
         }
     }
 
+    /// A pipeline on `config` alone: its interfaces (no discovery document loaded), tracker,
+    /// metrics, alerting and attribute limit, no exporter. What the benchmarks and the fuzz
+    /// targets build on.
+    pub fn from_config(config: &crate::config::Config) -> Pipeline {
+        Pipeline::new(
+            Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
+            Tracker::new(&config.tracker),
+            Metrics::new(&config.metrics),
+            &config.alerting,
+        )
+        .with_max_attributes(config.receivers.otlp.max_attributes_per_span)
+    }
+
     /// Hashes with `seed` (the one a state file was written with).
     #[must_use]
     pub fn with_seed(mut self, seed: u64) -> Pipeline {

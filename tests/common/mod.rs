@@ -183,3 +183,99 @@ pub fn free_port() -> u16 {
         .map(|a| a.port())
         .expect("a free port")
 }
+
+/// The ports of a server binary's configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    /// OTLP/gRPC.
+    pub grpc: u16,
+    /// OTLP/HTTP.
+    pub http: u16,
+    /// Admin.
+    pub admin: u16,
+}
+
+/// Writes `dir/name.yaml`: free loopback ports for the three listeners, then `extra`.
+pub fn binary_config(
+    dir: &std::path::Path,
+    name: &str,
+    extra: &str,
+) -> (std::path::PathBuf, Ports) {
+    let ports = Ports {
+        grpc: free_port(),
+        http: free_port(),
+        admin: free_port(),
+    };
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:{} }}
+    http: {{ endpoint: 127.0.0.1:{} }}
+admin:
+  endpoint: 127.0.0.1:{}
+{extra}",
+            ports.grpc, ports.http, ports.admin
+        ),
+    )
+    .expect("the configuration is written");
+    (path, ports)
+}
+
+/// Starts the refusal-gate binary on `config` and returns once `admin` answers `/healthz`.
+pub async fn spawn_binary(
+    config: &std::path::Path,
+    admin: u16,
+    stderr: std::process::Stdio,
+) -> Reaper {
+    let reaper = Reaper(
+        std::process::Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+            .args(["serve", "--config"])
+            .arg(config)
+            .stderr(stderr)
+            .spawn()
+            .expect("the binary starts"),
+    );
+    for _ in 0..100 {
+        if reqwest::get(format!("http://127.0.0.1:{admin}/healthz"))
+            .await
+            .is_ok()
+        {
+            return reaper;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the binary did not come up on {config:?}");
+}
+
+/// Exports one client span (an HTTP GET answered 200) from `service` through an SDK
+/// exporter with a simple span processor; whether the export succeeded.
+pub async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &str) -> bool {
+    use opentelemetry::trace::{SpanKind, Tracer, TracerProvider as _};
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_resource(
+            opentelemetry_sdk::Resource::builder()
+                .with_service_name(service.to_owned())
+                .build(),
+        )
+        .with_simple_exporter(exporter)
+        .build();
+    tokio::task::spawn_blocking(move || {
+        let tracer = provider.tracer("agent");
+        tracer
+            .span_builder("GET")
+            .with_kind(SpanKind::Client)
+            .with_attributes(vec![
+                opentelemetry::KeyValue::new("http.request.method", "GET"),
+                opentelemetry::KeyValue::new("url.full", "http://api.test/x"),
+                opentelemetry::KeyValue::new("http.response.status_code", 200),
+            ])
+            .start(&tracer);
+        drop(tracer);
+        provider.shutdown().is_ok()
+    })
+    .await
+    .expect("the exporting thread finishes")
+}
