@@ -24,12 +24,17 @@ struct Admin {
 }
 
 /// The admin router. `ready` is true while the receivers accept data; `tokens` guard
-/// everything but the probes.
-pub fn router(pipeline: Arc<Pipeline>, ready: Arc<AtomicBool>, tokens: Arc<Tokens>) -> Router {
+/// everything but the probes; `stop` ends the Gate API's event streams.
+pub fn router(
+    pipeline: Arc<Pipeline>,
+    ready: Arc<AtomicBool>,
+    tokens: Arc<Tokens>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Router {
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/alerts", get(alerts))
-        .merge(crate::gate::http::routes(Arc::clone(&pipeline)).with_state(()))
+        .merge(crate::gate::http::routes(Arc::clone(&pipeline), stop).with_state(()))
         .route_layer(middleware::from_fn(move |request: Request, next: Next| {
             let tokens = Arc::clone(&tokens);
             async move {

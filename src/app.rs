@@ -347,7 +347,11 @@ impl Server {
             grpc_tls.clone(),
             (
                 trace_service,
-                Gate::server(Arc::clone(&pipeline), Arc::clone(&receiver_tokens)),
+                Gate::server(
+                    Arc::clone(&pipeline),
+                    Arc::clone(&receiver_tokens),
+                    rx_stop.clone(),
+                ),
             ),
             grpc_stop,
             Arc::clone(&pipeline),
@@ -371,6 +375,7 @@ impl Server {
             Arc::clone(&pipeline),
             Arc::clone(&ready),
             Arc::clone(&admin_tokens),
+            admin_stop.clone(),
         );
         let admin_task = tokio::spawn(serve_http(
             admin_listener,

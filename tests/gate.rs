@@ -696,5 +696,11 @@ async fn watch_alerts_delivers_a_retry_after_refusal() {
     assert!(text.starts_with("event: alert\n"), "{text}");
     assert!(text.contains("\"client\":\"retrier\""), "{text}");
     assert!(text.contains("\"alertname\":\"RetryAfterAuthoritativeRefusal\""));
+
+    // Open watches end when the server stops; they do not hold up its graceful shutdown.
     server.shutdown().await;
+    let end = tokio::time::timeout(Duration::from_secs(2), stream.message())
+        .await
+        .expect("the stream ends with the server");
+    assert!(!matches!(end, Ok(Some(_))), "{end:?}");
 }

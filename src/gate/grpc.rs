@@ -12,7 +12,6 @@ use crate::receiver::{wall_clock, Pipeline};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
@@ -21,15 +20,22 @@ pub struct Gate {
     pipeline: Arc<Pipeline>,
     tokens: Arc<Tokens>,
     ids: AtomicU64,
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Gate {
-    /// The service over `pipeline`, admitting callers with one of `tokens` (none: anyone).
-    pub fn server(pipeline: Arc<Pipeline>, tokens: Arc<Tokens>) -> RefusalGateServer<Gate> {
+    /// The service over `pipeline`, admitting callers with one of `tokens` (none: anyone);
+    /// its alert streams end when `stop` turns true.
+    pub fn server(
+        pipeline: Arc<Pipeline>,
+        tokens: Arc<Tokens>,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> RefusalGateServer<Gate> {
         RefusalGateServer::new(Gate {
             pipeline,
             tokens,
             ids: AtomicU64::new(1),
+            stop,
         })
     }
 
@@ -152,13 +158,8 @@ impl RefusalGate for Gate {
             interface: r.interface,
             min_severity: r.min_severity,
         };
-        // A watcher that falls behind skips what it missed rather than holding memory.
-        let stream = BroadcastStream::new(self.pipeline.alerter().subscribe()).filter_map(
-            move |a| match a {
-                Ok(a) if filter.admits(&a) => Some(Ok(alert(&a))),
-                _ => None,
-            },
-        );
+        let stream = super::alerts_until(self.pipeline.alerter(), filter, self.stop.clone())
+            .map(|a| Ok(alert(&a)));
         Ok(Response::new(Box::pin(stream)))
     }
 }

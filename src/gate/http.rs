@@ -15,17 +15,18 @@ use axum::{Json, Router};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_stream::wrappers::BroadcastStream;
 use tokio_stream::StreamExt;
 
 #[derive(Clone)]
 struct Mirror {
     pipeline: Arc<Pipeline>,
     ids: Arc<AtomicU64>,
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
-/// The mirror's routes, to merge into the admin router (behind its tokens).
-pub fn routes(pipeline: Arc<Pipeline>) -> Router {
+/// The mirror's routes, to merge into the admin router (behind its tokens); its event
+/// streams end when `stop` turns true.
+pub fn routes(pipeline: Arc<Pipeline>, stop: tokio::sync::watch::Receiver<bool>) -> Router {
     Router::new()
         .route("/v1/decide", post(decide))
         .route("/v1/alerts/stream", get(stream))
@@ -33,6 +34,7 @@ pub fn routes(pipeline: Arc<Pipeline>) -> Router {
             pipeline,
             // Apart from the gRPC service's ids: the high bit marks the mirror's.
             ids: Arc::new(AtomicU64::new(1 << 63)),
+            stop,
         })
 }
 
@@ -56,13 +58,13 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Response {
-    let alerts = BroadcastStream::new(m.pipeline.alerter().subscribe()).filter_map(move |a| {
-        let a = a.ok().filter(|a| filter.admits(a))?;
-        let json = serde_json::to_string(&super::grpc::alert(&a)).ok()?;
-        Some(Ok::<_, std::convert::Infallible>(
-            Event::default().event("alert").data(json),
-        ))
-    });
+    let alerts =
+        super::alerts_until(m.pipeline.alerter(), filter, m.stop.clone()).filter_map(|a| {
+            let json = serde_json::to_string(&super::grpc::alert(&a)).ok()?;
+            Some(Ok::<_, std::convert::Infallible>(
+                Event::default().event("alert").data(json),
+            ))
+        });
     Sse::new(alerts)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
