@@ -79,7 +79,6 @@ impl Alerter {
         if self.watch.receiver_count() > 0 {
             let _ = self.watch.send(alert.clone());
         }
-        let log = alert.clone();
         match self.state().raise(now, alert) {
             Raised::Ignored => return,
             Raised::Dropped => {
@@ -87,7 +86,9 @@ impl Alerter {
                     .with_label_values(&[ALERTMANAGER, "dropped"])
                     .inc();
             }
-            Raised::New => tracing::warn!(
+            // Logged from the stored alert: the hot case, an alert already firing, copies
+            // nothing.
+            Raised::New(log) => tracing::warn!(
                 alertname = log.key.alertname, severity = log.severity.as_str(),
                 client = %log.key.client, interface = %log.key.interface,
                 violation = log.violation.as_str(), operation = %log.operation,

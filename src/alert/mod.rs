@@ -10,6 +10,7 @@ pub mod delivery;
 use crate::tracker::{Nanos, Violation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use serde::Deserialize;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 /// How urgent an alert is. Ordered: `Warning < Critical`.
@@ -115,9 +116,9 @@ impl Alert {
 
 /// What raising an alert did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Raised {
-    /// It was not firing: it starts now.
-    New,
+pub enum Raised<'a> {
+    /// It was not firing: it starts now (here it is, as stored).
+    New(&'a Alert),
     /// It was firing: its end moves on.
     Extended,
     /// Below the minimum severity: ignored.
@@ -150,7 +151,7 @@ impl ActiveAlerts {
 
     /// Raises the alert of a violation at `now`. The alert carries the latest violation's
     /// operation and span; it ends `resolve_after` after it.
-    pub fn raise(&mut self, now: Nanos, mut alert: Alert) -> Raised {
+    pub fn raise(&mut self, now: Nanos, mut alert: Alert) -> Raised<'_> {
         if alert.severity < self.min_severity {
             return Raised::Ignored;
         }
@@ -174,8 +175,14 @@ impl ActiveAlerts {
         }
         alert.starts_at = now;
         self.changed.insert(alert.key.clone());
-        self.alerts.insert(alert.key.clone(), alert);
-        Raised::New
+        let stored = match self.alerts.entry(alert.key.clone()) {
+            Entry::Occupied(mut resolved) => {
+                resolved.insert(alert);
+                resolved.into_mut()
+            }
+            Entry::Vacant(slot) => slot.insert(alert),
+        };
+        Raised::New(stored)
     }
 
     /// Forgets the alerts that have resolved by `now`.
@@ -263,10 +270,10 @@ mod tests {
     #[test]
     fn alerts_are_deduplicated_and_resolve_by_themselves() {
         let mut set = ActiveAlerts::new(10, 300 * S, Severity::Warning);
-        assert_eq!(
+        assert!(matches!(
             set.raise(10 * S, alert(Violation::RetryAfterRefusal, "a")),
-            Raised::New
-        );
+            Raised::New(_)
+        ));
         assert_eq!(
             set.raise(20 * S, alert(Violation::RetryAfterRefusal, "a")),
             Raised::Extended
@@ -287,10 +294,10 @@ mod tests {
         assert_eq!(set.firing(319 * S).len(), 1);
         assert!(set.firing(320 * S).is_empty(), "resolved by itself");
         // After it resolved, the next violation starts a new alert.
-        assert_eq!(
+        assert!(matches!(
             set.raise(400 * S, alert(Violation::RetryAfterRefusal, "a")),
-            Raised::New
-        );
+            Raised::New(_)
+        ));
         assert_eq!(set.take_changed()[0].starts_at, 400 * S);
     }
 
@@ -301,23 +308,23 @@ mod tests {
             set.raise(S, alert(Violation::ProbeAfterRefusal, "a")),
             Raised::Ignored
         );
-        assert_eq!(
+        assert!(matches!(
             set.raise(S, alert(Violation::RetryAfterRefusal, "a")),
-            Raised::New
-        );
-        assert_eq!(
+            Raised::New(_)
+        ));
+        assert!(matches!(
             set.raise(S, alert(Violation::RetryAfterRefusal, "b")),
-            Raised::New
-        );
+            Raised::New(_)
+        ));
         assert_eq!(
             set.raise(S, alert(Violation::RetryAfterRefusal, "c")),
             Raised::Dropped
         );
         // Once the others resolve there is room again.
-        assert_eq!(
+        assert!(matches!(
             set.raise(302 * S, alert(Violation::RetryAfterRefusal, "c")),
-            Raised::New
-        );
+            Raised::New(_)
+        ));
     }
 
     #[test]
