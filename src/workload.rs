@@ -188,11 +188,6 @@ impl Encoded {
         body[self.instance.clone()].copy_from_slice(digits.as_bytes());
     }
 
-    /// The encoded request as built.
-    pub fn body(&self) -> &[u8] {
-        &self.body
-    }
-
     /// A copy for send number `send`: span ids made unique to it, times moved on by `shift`
     /// nanoseconds.
     pub fn stamped(&self, send: u64, shift: u64) -> Vec<u8> {

@@ -454,14 +454,12 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::Declared;
 
     fn assessed(kind: Kind, last: Option<(Kind, u32)>, attempt: u32) -> Assessment {
         Assessment {
             kind,
             rule: "r".into(),
             interface: "i".into(),
-            declared: Declared::Unknown,
             last,
             attempt,
             observed: false,

@@ -506,8 +506,6 @@ pub struct Assessment {
     pub rule: String,
     /// Its interface's name.
     pub interface: String,
-    /// Whether the interface declares the path.
-    pub declared: Declared,
     /// The client's latest attempt of the same operation: its kind and number in a row.
     pub last: Option<(Kind, u32)>,
     /// Which attempt in a row of failures this is.
@@ -1052,7 +1050,6 @@ impl Pipeline {
             kind: classify::classify(p.outcome, p.declared, peek.read_before).kind,
             rule: p.reason.to_string(),
             interface: p.interface_name.to_owned(),
-            declared: p.declared,
             last: peek.last,
             attempt: peek
                 .last
