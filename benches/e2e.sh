@@ -11,23 +11,10 @@ cd "$(dirname "$0")/.."
 seconds=${1:-10}
 shift || true
 extra=("$@")
-cargo build --release --quiet
-cargo build --release --quiet --example loadgen
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-grpc=$(free_port); http=$(free_port); admin=$(free_port)
-cat > "$work/config.yaml" <<YAML
-receivers:
-  otlp:
-    grpc: { endpoint: 127.0.0.1:$grpc }
-    http: { endpoint: 127.0.0.1:$http }
-admin:
-  endpoint: 127.0.0.1:$admin
-YAML
-taskset -c 0 target/release/refusal-gate serve --config "$work/config.yaml" 2>"$work/server.log" &
-pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$admin/healthz" >/dev/null && break; sleep 0.1; done
+source benches/server.sh
+start_server "" -- taskset -c 0
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }

@@ -5,37 +5,24 @@
 # (exit 1) when either grows past its bound, or when the memory of the last third of the run
 # has grown by more than a tenth over the middle third (a leak, even under the bound).
 #   benches/soak.sh [MINUTES] [SPANS_PER_SECOND]     (default 30 minutes, 20000 spans/s)
-# Bounds (environment): SOAK_RSS_MIB (default 400), SOAK_FDS (default 256).
+# Bounds (environment): SOAK_RSS_MIB (default 400), SOAK_FDS (default 256). The growth check
+# needs a run well past the warm-up (the tracker fills to max_keys in the first minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${1:-30}
 rate=${2:-20000}
 rss_bound=${SOAK_RSS_MIB:-400}
 fd_bound=${SOAK_FDS:-256}
-cargo build --release --quiet
-cargo build --release --quiet --example loadgen
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" "${gen:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-grpc=$(free_port); http=$(free_port); admin=$(free_port)
+source benches/server.sh
 # Small caps, so the run reaches every bound well within its time: the tracker evicts,
 # labels overflow, and series expire, all the while.
-cat > "$work/config.yaml" <<YAML
-receivers:
-  otlp:
-    grpc: { endpoint: 127.0.0.1:$grpc }
-    http: { endpoint: 127.0.0.1:$http }
-admin:
-  endpoint: 127.0.0.1:$admin
-tracker:
+start_server "tracker:
   max_keys: 100000
 metrics:
   max_clients: 200
-  series_ttl: 2m
-YAML
-target/release/refusal-gate serve --config "$work/config.yaml" 2>"$work/server.log" &
-pid=$!
-for _ in $(seq 100); do curl -sf "http://127.0.0.1:$admin/healthz" >/dev/null && break; sleep 0.1; done
+  series_ttl: 2m"
 target/release/examples/loadgen --protocol grpc --endpoint "http://127.0.0.1:$grpc" \
   --duration $((minutes * 60)) --rate "$rate" --concurrency 4 --fresh-clients 1 \
   >"$work/loadgen.out" &
