@@ -128,12 +128,19 @@ async fn run(o: Options) {
     let spans = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::<u32>::with_capacity(1 << 20)));
+    // A client's requests are one sender's (see below), so with fewer clients than senders
+    // some senders have nothing to send.
+    let senders = if o.fresh_clients {
+        o.concurrency
+    } else {
+        o.concurrency.min(o.clients.max(1))
+    };
     // A fixed rate is split evenly over the senders: each sends one request every `gap`.
-    let gap = (o.rate > 0.0)
-        .then(|| Duration::from_secs_f64(o.batch as f64 * o.concurrency as f64 / o.rate));
+    let gap =
+        (o.rate > 0.0).then(|| Duration::from_secs_f64(o.batch as f64 * senders as f64 / o.rate));
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for worker in 0..o.concurrency {
+    for worker in 0..senders {
         let mut sender = match o.protocol.as_str() {
             "http" => Sender::Http(http.clone(), url.clone()),
             _ => Sender::Grpc(tonic::client::Grpc::new(channel.clone())),
@@ -146,28 +153,41 @@ async fn run(o: Options) {
             Arc::clone(&latencies),
         );
         let batch = o.batch as u64;
-        let o_concurrency = o.concurrency;
         let fresh_clients = o.fresh_clients;
         let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
+        // The requests this sender sends, in order. An SDK exports one batch at a time
+        // (the OpenTelemetry specification forbids concurrent calls to one exporter), so a
+        // client instance's requests never overtake each other: each client is one sender's.
+        // Fresh instances have no order to keep; the senders take the requests in turn.
+        let owner = |j: usize| {
+            if fresh_clients {
+                j % o.concurrency
+            } else {
+                j % o.clients.max(1) % o.concurrency
+            }
+        };
+        let order: Vec<usize> = (0..bodies.len()).filter(|&j| owner(j) == worker).collect();
         tasks.push(tokio::spawn(async move {
-            let mut n = worker;
             let mut next = Instant::now();
             let mut mine = Vec::with_capacity(1 << 16);
-            while !stop.load(Ordering::Relaxed) {
+            for (i, &j) in order.iter().cycle().enumerate() {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
                 if let Some(gap) = gap {
                     next += gap;
                     tokio::time::sleep_until(next.into()).await;
                 }
                 // Each pass over the pre-encoded requests moves time on by their whole span.
-                let round = (n / bodies.len()) as u64;
-                let encoded = &bodies[n % bodies.len()];
-                let mut body = encoded.stamped(n as u64, round * span_ns);
+                let round = (i / order.len()) as u64;
+                let send = round * bodies.len() as u64 + j as u64;
+                let encoded = &bodies[j];
+                let mut body = encoded.stamped(send, round * span_ns);
                 if fresh_clients {
                     // Every request from an instance never seen before.
-                    encoded.set_instance(&mut body, n as u64);
+                    encoded.set_instance(&mut body, send);
                 }
                 let body = Bytes::from(body);
-                n += o_concurrency;
                 let t = Instant::now();
                 if sender.send(body).await {
                     spans.fetch_add(batch, Ordering::Relaxed);
