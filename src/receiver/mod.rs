@@ -22,7 +22,7 @@ use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
 use crate::tracker::{Event, GroupId, Judgement, Nanos, Observation, Tracker};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
@@ -520,7 +520,6 @@ pub struct Assessment {
 
 /// What one request carries through the ingest path.
 struct RequestState<'t> {
-    interfaces: Arc<Interfaces>,
     now: Nanos,
     events: Vec<Event>,
     summary: Summary,
@@ -529,13 +528,11 @@ struct RequestState<'t> {
 
 impl<'t> RequestState<'t> {
     fn new(
-        interfaces: Arc<Interfaces>,
         now: Nanos,
         tags: Option<&'t mut Vec<Option<Vec<u8>>>>,
         rejected: u64,
     ) -> RequestState<'t> {
         RequestState {
-            interfaces,
             now,
             events: Vec::new(),
             summary: Summary {
@@ -547,6 +544,32 @@ impl<'t> RequestState<'t> {
     }
 }
 
+/// Attempts staged before the tracker takes them together ([`Tracker::observe_all`]):
+/// enough for the cache misses of looking up their keys to overlap, few enough to stay in
+/// the cache.
+const STAGED: usize = 64;
+
+/// One attempt, extracted and placed, waiting for the tracker.
+struct Staged<'a> {
+    obs: Observation,
+    operation: extract::Operation<'a>,
+    /// When tagging: where its tags go, and those that do not depend on its verdict.
+    tag: Option<(usize, Vec<u8>)>,
+}
+
+/// A resource's client, hashed once for all its spans, and the metric labels of the
+/// interfaces its spans went to so far (a request's spans go to a handful).
+struct ClientIds<'a> {
+    client: extract::Client<'a>,
+    /// The tracker's id of the client instance.
+    id: u64,
+    /// The hash of its name, for the metric labels.
+    name: u64,
+    /// (interface id, labels), filled in turn.
+    labels: [(u64, u32); 8],
+    filled: usize,
+}
+
 /// Unix nanoseconds now: the tracker's clock when serving.
 pub fn wall_clock() -> Nanos {
     SystemTime::now()
@@ -554,42 +577,75 @@ pub fn wall_clock() -> Nanos {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// The `refusal_gate.*` attributes of DESIGN §6, encoded as `Span.attributes` (field 9)
-/// entries ready to append to a span's bytes.
-fn encode_tags(j: &Judgement, reason: classify::Reason<'_>, interface: &str) -> Vec<u8> {
-    use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
-    let kv = |key: &str, value: Value| KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
-    };
-    let s = |v: &str| Value::StringValue(v.to_owned());
-    let mut attributes = vec![
-        kv("refusal_gate.class", s(j.kind.class().as_str())),
-        kv("refusal_gate.kind", s(j.kind.as_str())),
-        kv("refusal_gate.decision", s(j.kind.decision().as_str())),
-        kv(
+/// The `refusal_gate.*` attributes of DESIGN §6 that do not depend on the verdict (the
+/// rule and the interface), encoded as `Span.attributes` (field 9) entries.
+fn encode_place_tags(reason: classify::Reason<'_>, interface: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    for a in [
+        tag_kv(
             "refusal_gate.reason",
             Value::StringValue(reason.to_string()),
         ),
-        kv("refusal_gate.interface", s(interface)),
-        kv(
+        tag_kv(
+            "refusal_gate.interface",
+            Value::StringValue(interface.to_owned()),
+        ),
+    ] {
+        prost::encoding::message::encode(9, &a, &mut out);
+    }
+    out
+}
+
+/// `placed` (from [`encode_place_tags`]) with the attributes of the verdict appended: all
+/// the `refusal_gate.*` attributes, ready to append to a span's bytes.
+fn encode_tags(j: &Judgement, placed: &[u8]) -> Vec<u8> {
+    let s = |v: &str| Value::StringValue(v.to_owned());
+    let mut out = Vec::with_capacity(placed.len() + 192);
+    out.extend_from_slice(placed);
+    let verdict = [
+        tag_kv("refusal_gate.class", s(j.kind.class().as_str())),
+        tag_kv("refusal_gate.kind", s(j.kind.as_str())),
+        tag_kv("refusal_gate.decision", s(j.kind.decision().as_str())),
+        tag_kv(
             "refusal_gate.discovery_read",
             Value::BoolValue(j.discovery_read),
         ),
-        kv(
+        tag_kv(
             "refusal_gate.attempt",
             Value::IntValue(i64::from(j.attempt)),
         ),
     ];
-    if let Some(v) = j.violation {
-        attributes.push(kv("refusal_gate.violation", s(v.as_str())));
-    }
-    let mut out = Vec::with_capacity(256);
-    for a in &attributes {
+    let violation = j
+        .violation
+        .map(|v| tag_kv("refusal_gate.violation", s(v.as_str())));
+    for a in verdict.iter().chain(&violation) {
         prost::encoding::message::encode(9, a, &mut out);
     }
     out
+}
+
+fn tag_kv(key: &str, value: Value) -> KeyValue {
+    KeyValue {
+        key: key.to_owned(),
+        value: Some(AnyValue { value: Some(value) }),
+        ..Default::default()
+    }
+}
+
+/// What the tracker takes of a placed attempt.
+fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observation {
+    Observation {
+        group: p.group,
+        operation: p.operation,
+        labels,
+        start: attempt.start,
+        end: attempt.end,
+        outcome: p.outcome,
+        declared: p.declared,
+        discovery_read: p.discovery_read,
+        trace_id: fixed(attempt.trace_id),
+        span_id: fixed(attempt.span_id),
+    }
 }
 
 fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
@@ -808,7 +864,9 @@ impl Pipeline {
         now: Nanos,
         tags: Option<&mut Vec<Option<Vec<u8>>>>,
     ) -> (Summary, Vec<u32>) {
-        let mut request = RequestState::new(self.catalog.current(), now, tags, 0);
+        let interfaces = self.catalog.current();
+        let mut request = RequestState::new(now, tags, 0);
+        let mut staged = Vec::with_capacity(STAGED);
         let mut malformed_at = Vec::new();
         let mut seen = 0u32;
         for resource_spans in wire::each(body, 1).map_while(Result::ok) {
@@ -816,6 +874,7 @@ impl Pipeline {
                 Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
                 Err(_) => extract::client(|_| {}),
             };
+            let mut client = self.client_ids(client);
             for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
                 for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
                     let at = seen;
@@ -825,9 +884,10 @@ impl Pipeline {
                         request.summary.rejected += 1;
                         continue;
                     };
-                    self.observe_span(&mut request, client, &span);
+                    self.stage(&mut request, &interfaces, &mut client, &span, &mut staged);
                 }
             }
+            self.flush(&mut request, &mut staged);
         }
         self.finish_request(transport, &request.summary, &request.events);
         (request.summary, malformed_at)
@@ -906,48 +966,108 @@ impl Pipeline {
         now: Nanos,
         tags: Option<&mut Vec<Option<Vec<u8>>>>,
     ) -> Summary {
-        let mut request = RequestState::new(self.catalog.current(), now, tags, batch.malformed);
+        let interfaces = self.catalog.current();
+        let mut request = RequestState::new(now, tags, batch.malformed);
+        let mut staged = Vec::with_capacity(STAGED);
         for (resource, spans) in &batch.resources {
-            let client = extract::client_of(resource);
+            let mut client = self.client_ids(extract::client_of(resource));
             for span in spans {
-                self.observe_span(&mut request, client, &span);
+                self.stage(&mut request, &interfaces, &mut client, &span, &mut staged);
             }
+            self.flush(&mut request, &mut staged);
         }
         self.finish_request(transport, &request.summary, &request.events);
         request.summary
     }
 
-    /// Extracts one span and tracks it when it is an attempt; pushes its tags when asked.
-    fn observe_span<'a>(
+    /// A resource's client with its ids.
+    fn client_ids<'a>(&self, client: extract::Client<'a>) -> ClientIds<'a> {
+        ClientIds {
+            client,
+            id: self.hash(client),
+            name: self.hash(client.name),
+            labels: [(0, 0); 8],
+            filled: 0,
+        }
+    }
+
+    /// The metric labels of (client, interface), looked up once per request and interface.
+    fn labels(&self, client: &mut ClientIds<'_>, interface: u64, interface_name: &str) -> u32 {
+        let known = &client.labels[..client.filled.min(client.labels.len())];
+        if let Some((_, labels)) = known.iter().find(|(i, _)| *i == interface) {
+            return *labels;
+        }
+        let labels =
+            self.metrics
+                .labels(client.name, client.client.name, interface, interface_name);
+        client.labels[client.filled % client.labels.len()] = (interface, labels);
+        client.filled += 1;
+        labels
+    }
+
+    /// Extracts one span and, when it is an attempt, places it and stages it for the
+    /// tracker (which takes the staged attempts when there are [`STAGED`] of them, or the
+    /// resource ends); reserves its place among the tags when asked for them.
+    fn stage<'a>(
         &self,
         r: &mut RequestState<'_>,
-        client: extract::Client<'a>,
+        interfaces: &'a Interfaces,
+        client: &mut ClientIds<'a>,
         span: &dyn extract::SpanView<'a>,
+        staged: &mut Vec<Staged<'a>>,
     ) {
         r.summary.accepted += 1;
         if span.attribute_count() > self.max_attributes {
             r.summary.truncated += 1;
         }
-        let tag = match extract::extract(client, span, self.max_attributes) {
-            Ok(attempt) => {
-                r.summary.attempts += 1;
-                let tag = self.observe(
-                    &r.interfaces,
-                    &attempt,
-                    r.now,
-                    &mut r.events,
-                    r.tags.is_some(),
-                );
-                tag.filter(|_| !attempt.tagged)
-            }
+        let slot = r.tags.as_deref_mut().map(|tags| {
+            tags.push(None);
+            tags.len() - 1
+        });
+        // Borrowed where it was built: an attempt is a few hundred bytes.
+        let extracted = extract::extract(client.client, span, self.max_attributes);
+        let attempt = match &extracted {
+            Ok(attempt) => attempt,
             Err(skip) => {
                 self.metrics.span_skipped(skip.label());
-                None
+                return;
             }
         };
-        if let Some(tags) = r.tags.as_deref_mut() {
-            tags.push(tag);
+        r.summary.attempts += 1;
+        let p = self.place(interfaces, attempt, client.id);
+        let labels = self.labels(client, p.group.interface, p.interface_name);
+        staged.push(Staged {
+            obs: observation(&p, attempt, labels),
+            operation: attempt.operation,
+            // Spans tagged upstream are forwarded as they came.
+            tag: slot
+                .filter(|_| !attempt.tagged)
+                .map(|at| (at, encode_place_tags(p.reason, p.interface_name))),
+        });
+        if staged.len() == STAGED {
+            self.flush(r, staged);
         }
+    }
+
+    /// Runs the staged attempts through the tracker and fills in their tags.
+    fn flush(&self, r: &mut RequestState<'_>, staged: &mut Vec<Staged<'_>>) {
+        let tags = &mut r.tags;
+        self.tracker.observe_all(
+            r.now,
+            staged,
+            |s| (&s.obs, &s.operation),
+            &mut r.events,
+            |i, verdict| {
+                let Some(judgement) = verdict else {
+                    self.metrics.span_skipped("duplicate");
+                    return;
+                };
+                if let (Some(tags), Some((at, placed))) = (tags.as_deref_mut(), &staged[i].tag) {
+                    tags[*at] = Some(encode_tags(&judgement, placed));
+                }
+            },
+        );
+        staged.clear();
     }
 
     /// Records what one request amounted to.
@@ -963,24 +1083,14 @@ impl Pipeline {
         self.metrics.accepted(transport, summary.accepted);
     }
 
-    /// Tracks one attempt; when `want_tags`, returns its `refusal_gate.*` attributes encoded
-    /// as `Span.attributes` fields.
-    fn observe(
-        &self,
-        interfaces: &Interfaces,
-        attempt: &Attempt<'_>,
-        now: Nanos,
-        events: &mut Vec<Event>,
-        want_tags: bool,
-    ) -> Option<Vec<u8>> {
-        let (judgement, reason, interface_name) =
-            self.observe_judged(interfaces, attempt, now, events)?;
-        want_tags.then(|| encode_tags(&judgement, reason, interface_name))
-    }
-
     /// Where an attempt stands: its interface, whether that declares the path, what the
-    /// response said, and the tracker's ids for it.
-    fn place<'i>(&self, interfaces: &'i Interfaces, attempt: &'i Attempt<'_>) -> Placed<'i> {
+    /// response said, and the tracker's ids for it (`client` is its client's id).
+    fn place<'i>(
+        &self,
+        interfaces: &'i Interfaces,
+        attempt: &'i Attempt<'_>,
+        client: u64,
+    ) -> Placed<'i> {
         let interface =
             interfaces.resolve(attempt.origin.as_ref().map(Origin::as_str), attempt.path);
         let interface_name = interfaces.name(interface);
@@ -988,7 +1098,6 @@ impl Pipeline {
         let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
         let discovery_read = outcome == classify::Outcome::Ok
             && extract::reads_discovery(attempt, interfaces, interface);
-        let interface_id = self.hash(interface_name);
         Placed {
             interface,
             interface_name,
@@ -997,46 +1106,11 @@ impl Pipeline {
             reason: classify::reason(outcome, declared, reason),
             discovery_read,
             group: GroupId {
-                client: self.hash(attempt.client),
-                interface: interface_id,
+                client,
+                interface: self.hash(interface_name),
             },
             operation: self.hash(attempt.operation),
         }
-    }
-
-    /// Tracks one attempt; its verdict as now known, the rule that fired and its
-    /// interface's name, or `None` for a span already tracked.
-    fn observe_judged<'i>(
-        &self,
-        interfaces: &'i Interfaces,
-        attempt: &'i Attempt<'_>,
-        now: Nanos,
-        events: &mut Vec<Event>,
-    ) -> Option<(Judgement, classify::Reason<'i>, &'i str)> {
-        let p = self.place(interfaces, attempt);
-        let labels = self.metrics.labels(
-            self.hash(attempt.client.name),
-            attempt.client.name,
-            p.group.interface,
-            p.interface_name,
-        );
-        let obs = Observation {
-            group: p.group,
-            operation: p.operation,
-            labels,
-            start: attempt.start,
-            end: attempt.end,
-            outcome: p.outcome,
-            declared: p.declared,
-            discovery_read: p.discovery_read,
-            trace_id: fixed(attempt.trace_id),
-            span_id: fixed(attempt.span_id),
-        };
-        let Some(judgement) = self.tracker.observe(now, &obs, &attempt.operation, events) else {
-            self.metrics.span_skipped("duplicate");
-            return None;
-        };
-        Some((judgement, p.reason, p.interface_name))
     }
 
     /// Answers for one attempt put as a question (the Gate API) with the same classifier
@@ -1044,7 +1118,8 @@ impl Pipeline {
     /// observe, the attempt is tracked and counted exactly as its span would be.
     pub fn assess(&self, attempt: &Attempt<'_>, answered: bool, observe: bool) -> Assessment {
         let interfaces = self.catalog.current();
-        let p = self.place(&interfaces, attempt);
+        let mut client = self.client_ids(attempt.client);
+        let p = self.place(&interfaces, attempt, client.id);
         let peek = self.tracker.peek(&p.group, p.operation, attempt.start);
         let base = Assessment {
             kind: classify::classify(p.outcome, p.declared, peek.read_before).kind,
@@ -1065,10 +1140,17 @@ impl Pipeline {
             return base;
         }
         let mut events = Vec::new();
-        let judged = self.observe_judged(&interfaces, attempt, wall_clock(), &mut events);
+        let labels = self.labels(&mut client, p.group.interface, p.interface_name);
+        let obs = observation(&p, attempt, labels);
+        let judged = self
+            .tracker
+            .observe(wall_clock(), &obs, &attempt.operation, &mut events);
+        if judged.is_none() {
+            self.metrics.span_skipped("duplicate");
+        }
         self.record(&events);
         match judged {
-            Some((j, _, _)) => Assessment {
+            Some(j) => Assessment {
                 kind: j.kind,
                 attempt: j.attempt,
                 observed: true,

@@ -214,6 +214,15 @@ impl Group {
         }
     }
 
+    /// The start of `operation`'s latest attempt (0 when there is none): what
+    /// [`super::Shard::touch`] reads ahead.
+    pub(super) fn touch(&self, operation: u64) -> Nanos {
+        self.keys
+            .get(&operation)
+            .and_then(|k| k.history.last())
+            .map_or(0, |e| e.start)
+    }
+
     /// Whether the group has pending attempts.
     pub(super) fn has_pending(&self) -> bool {
         self.pending > 0

@@ -232,6 +232,16 @@ struct Shard {
     cap: usize,
 }
 
+impl Shard {
+    /// Reads what observing `obs` will read first (its group, its key, the key's latest
+    /// attempt), changing nothing; the start time read, or 0.
+    fn touch(&self, obs: &Observation) -> Nanos {
+        self.groups
+            .get(&obs.group)
+            .map_or(0, |g| g.touch(obs.operation))
+    }
+}
+
 /// The sharded map of groups.
 pub struct Tracker {
     shards: Vec<Mutex<Shard>>,
@@ -271,9 +281,16 @@ impl Tracker {
         self.keys.load(Ordering::Relaxed)
     }
 
+    fn shard_index(&self, group: &GroupId) -> usize {
+        (group.client % self.shards.len() as u64) as usize
+    }
+
     fn shard(&self, group: &GroupId) -> MutexGuard<'_, Shard> {
-        let i = (group.client % self.shards.len() as u64) as usize;
-        self.shards[i]
+        self.lock(self.shard_index(group))
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard> {
+        self.shards[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -288,8 +305,56 @@ impl Tracker {
         operation: &dyn Display,
         out: &mut Vec<Event>,
     ) -> Option<Judgement> {
-        let p = &self.params;
         let mut shard = self.shard(&obs.group);
+        self.observe_locked(&mut shard, now, obs, operation, out)
+    }
+
+    /// Adds attempts in order, exactly as [`Tracker::observe`] one at a time would, and
+    /// gives each one's verdict to `verdict` (by index). `parts` gives an item's attempt and
+    /// operation. A shard's lock is taken once for a run of attempts in it (a request's
+    /// spans share their client, so usually once), and every attempt's key is read once
+    /// before any is changed: looking keys up one after another, each waits for its own
+    /// cache misses; looking them all up in a tight loop lets those misses overlap.
+    pub fn observe_all<T>(
+        &self,
+        now: Nanos,
+        items: &[T],
+        parts: impl Fn(&T) -> (&Observation, &dyn Display),
+        out: &mut Vec<Event>,
+        mut verdict: impl FnMut(usize, Option<Judgement>),
+    ) {
+        let mut at = 0;
+        while at < items.len() {
+            let index = self.shard_index(&parts(&items[at]).0.group);
+            let run = items[at..]
+                .iter()
+                .take_while(|t| self.shard_index(&parts(t).0.group) == index)
+                .count();
+            let mut shard = self.lock(index);
+            let touched = items[at..at + run]
+                .iter()
+                .fold(0, |sum: Nanos, t| sum.wrapping_add(shard.touch(parts(t).0)));
+            std::hint::black_box(touched);
+            for (i, t) in items[at..at + run].iter().enumerate() {
+                let (obs, operation) = parts(t);
+                verdict(
+                    at + i,
+                    self.observe_locked(&mut shard, now, obs, operation, out),
+                );
+            }
+            at += run;
+        }
+    }
+
+    fn observe_locked(
+        &self,
+        shard: &mut Shard,
+        now: Nanos,
+        obs: &Observation,
+        operation: &dyn Display,
+        out: &mut Vec<Event>,
+    ) -> Option<Judgement> {
+        let p = &self.params;
         // The hot path: a known key costs one group lookup and one key lookup.
         if let Some(known) = shard
             .groups
@@ -298,21 +363,19 @@ impl Tracker {
         {
             return known;
         }
-        {
-            if shard.keys >= shard.cap {
-                let evicted = evict_lru(&mut shard, now, p, out);
-                self.keys.fetch_sub(evicted, Ordering::Relaxed);
-            }
-            let group = shard
-                .groups
-                .entry(obs.group)
-                .or_insert_with(|| Group::new(obs.labels));
-            group
-                .keys
-                .insert(obs.operation, group::Key::new(p, &operation.to_string()));
-            shard.keys += 1;
-            self.keys.fetch_add(1, Ordering::Relaxed);
+        if shard.keys >= shard.cap {
+            let evicted = evict_lru(shard, now, p, out);
+            self.keys.fetch_sub(evicted, Ordering::Relaxed);
         }
+        let group = shard
+            .groups
+            .entry(obs.group)
+            .or_insert_with(|| Group::new(obs.labels));
+        group
+            .keys
+            .insert(obs.operation, group::Key::new(p, &operation.to_string()));
+        shard.keys += 1;
+        self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
         group.observe(now, obs, p, out).flatten()
     }

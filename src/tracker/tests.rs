@@ -650,6 +650,41 @@ proptest! {
         prop_assert_eq!(seen.len(), stream.len());
     }
 
+    /// (d) Observing in batches ([`Tracker::observe_all`]) is observing one at a time: the
+    /// same verdicts and the same events, in the same order, across shards, with duplicates
+    /// and keys that are new within a batch.
+    #[test]
+    fn batches_are_observed_as_one_at_a_time(
+        stream in stream(),
+        repeats in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
+        batch in 1..20usize,
+    ) {
+        let mut stream = stream;
+        if !stream.is_empty() {
+            for r in &repeats {
+                let again = stream[r.index(stream.len())];
+                stream.push(again);
+            }
+        }
+        let cfg = TrackerConfig { max_keys: 6, ..config() };
+        let (one, batched) = (Tracker::new(&cfg), Tracker::new(&cfg));
+        let (mut one_events, mut batched_events) = (Vec::new(), Vec::new());
+        let (mut one_verdicts, mut batched_verdicts) = (Vec::new(), Vec::new());
+        for (n, chunk) in stream.chunks(batch).enumerate() {
+            let now = T0 + n as u64 * MS;
+            for o in chunk {
+                one_verdicts.push(one.observe(now, o, &"op", &mut one_events));
+            }
+            let first = batched_verdicts.len();
+            batched_verdicts.resize(first + chunk.len(), None);
+            batched.observe_all(now, chunk, |o| (o, &"op"), &mut batched_events, |i, v| {
+                batched_verdicts[first + i] = v;
+            });
+        }
+        prop_assert_eq!(one_verdicts, batched_verdicts);
+        prop_assert_eq!(one_events, batched_events);
+    }
+
     /// (c) The number of keys never exceeds max_keys, and nothing is lost to eviction.
     #[test]
     fn keys_never_exceed_max_keys(
