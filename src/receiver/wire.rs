@@ -11,6 +11,13 @@ use crate::extract::{SpanView, Val};
 /// Reads one base-128 varint. Hand-rolled: the hot path reads some fifty of them per span.
 #[inline]
 fn varint(buf: &mut &[u8]) -> Result<u64, Broken> {
+    // Most are one byte: field keys, and the lengths of keys, values and attributes.
+    if let Some((&byte, rest)) = buf.split_first() {
+        if byte < 0x80 {
+            *buf = rest;
+            return Ok(u64::from(byte));
+        }
+    }
     let mut value = 0u64;
     for (i, &byte) in buf.iter().take(10).enumerate() {
         value |= u64::from(byte & 0x7f) << (7 * i);
@@ -190,10 +197,35 @@ fn any_value(bytes: &[u8]) -> Val<'_> {
     out
 }
 
-/// Calls `f` with the first `max` attributes (field `number`, `KeyValue`) of a message;
-/// broken ones are skipped.
-fn attributes<'a>(bytes: &'a [u8], number: u32, max: usize, mut f: impl FnMut(&'a [u8], Val<'a>)) {
-    for kv in each(bytes, number).map_while(Result::ok).take(max) {
+/// Calls `f` with the first `max` attributes (field `number`, at most 15, `KeyValue`) of a
+/// message; broken ones are skipped, and broken framing ends the walk.
+fn attributes<'a>(bytes: &'a [u8], number: u8, max: usize, mut f: impl FnMut(&'a [u8], Val<'a>)) {
+    // The attributes stand one after another, each behind this one-byte key: the walk reads
+    // that byte and a length rather than decoding every field in general.
+    let key = number << 3 | 2;
+    let mut rest = bytes;
+    let mut read = 0;
+    while read < max && !rest.is_empty() {
+        let kv = if rest[0] == key {
+            rest = &rest[1..];
+            length_delimited_body(&mut rest)
+        } else {
+            // Another field among them: skipped.
+            let mut other = fields(rest);
+            match other.read() {
+                Ok((n, Wire::Bytes(kv))) if n == u32::from(number) => {
+                    rest = other.rest;
+                    Some(kv)
+                }
+                Ok(_) => {
+                    rest = other.rest;
+                    continue;
+                }
+                Err(Broken) => None,
+            }
+        };
+        let Some(kv) = kv else { return };
+        read += 1;
         if let Some((k, v)) = key_value(kv) {
             f(k, v);
         }
