@@ -467,6 +467,8 @@ impl Metrics {
 
     /// Records what the tracker reported.
     pub fn record(&self, events: &[Event]) {
+        // A request's events come in runs of the same pair: looked up once a run.
+        let mut last: Option<Arc<Pair>> = None;
         for event in events {
             match *event {
                 Event::Counted {
@@ -476,7 +478,10 @@ impl Metrics {
                     discovery_read,
                     ..
                 } => {
-                    let Some(p) = self.pair(labels) else { continue };
+                    if last.as_ref().is_none_or(|p| p.id != labels) {
+                        last = self.pair(labels);
+                    }
+                    let Some(p) = &last else { continue };
                     p.last_seen
                         .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                     let (c, i) = (&p.client, &p.interface);
