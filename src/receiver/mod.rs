@@ -566,7 +566,7 @@ struct ClientIds<'a> {
     /// The hash of its name, for the metric labels.
     name: u64,
     /// (interface id, labels), filled in turn.
-    labels: [(u64, u32); 8],
+    labels: [(u64, u32); 16],
     filled: usize,
 }
 
@@ -986,7 +986,7 @@ impl Pipeline {
             client,
             id: self.hash(client),
             name: self.hash(client.name),
-            labels: [(0, 0); 8],
+            labels: [(0, 0); 16],
             filled: 0,
         }
     }

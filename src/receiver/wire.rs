@@ -254,6 +254,9 @@ impl<'a> ResourceRef<'a> {
     }
 }
 
+/// The key byte of `Span.attributes` (field 9, length-delimited).
+const ATTRIBUTE: u8 = 9 << 3 | 2;
+
 /// One span, read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct SpanRef<'a> {
@@ -294,6 +297,16 @@ impl<'a> SpanRef<'a> {
         let mut walk = fields(bytes);
         loop {
             let at = bytes.len() - walk.rest.len();
+            // Most of a span's fields are attributes: counted and stepped over here, their
+            // one-byte key and length read directly.
+            if let Some((&ATTRIBUTE, mut rest)) = walk.rest.split_first() {
+                length_delimited_body(&mut rest).ok_or(Broken)?;
+                walk.rest = rest;
+                span.attribute_count += 1;
+                first = first.min(at);
+                last = bytes.len() - rest.len();
+                continue;
+            }
             let Some(f) = walk.next() else { break };
             match f? {
                 (9, _) => {
@@ -348,7 +361,7 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
         self.status_error
     }
     fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
-        attributes(self.attributes, 9, max, f);
+        attributes(self.attributes, ATTRIBUTE >> 3, max, f);
     }
     fn attribute_count(&self) -> usize {
         self.attribute_count
