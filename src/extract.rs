@@ -525,7 +525,7 @@ pub fn extract<'a>(
     Ok(Attempt {
         client,
         family,
-        origin,
+        origin: origin.and_then(|(scheme, host, port)| Origin::new(scheme, host, port)),
         path,
         http_method,
         operation,
@@ -546,10 +546,14 @@ pub fn extract<'a>(
     })
 }
 
+/// The pieces of a server's origin (scheme, host, port), borrowed: the normalised
+/// [`Origin`] is built once, where the attempt keeps it.
+type OriginParts<'a> = (&'a str, &'a str, Option<u16>);
+
 /// Origin and path from `url.full`/`http.url`, else from scheme, server, port and path.
-fn locate<'a>(s: &Slots<'a>) -> (Option<Origin>, Option<&'a str>) {
+fn locate<'a>(s: &Slots<'a>) -> (Option<OriginParts<'a>>, Option<&'a str>) {
     if let Some(Ok((scheme, host, port, path))) = s.url_full.or(s.http_url).map(url::parts) {
-        return (Origin::new(scheme, host, port), Some(path));
+        return (Some((scheme, host, port)), Some(path));
     }
     let path = s.url_path.or(s.http_target).map(url::path_of);
     let Some(host) = s
@@ -569,7 +573,7 @@ fn locate<'a>(s: &Slots<'a>) -> (Option<Origin>, Option<&'a str>) {
         .url_scheme
         .or(s.http_scheme)
         .unwrap_or(if port == Some(443) { "https" } else { "http" });
-    (Origin::new(scheme, host, port), path)
+    (Some((scheme, host, port)), path)
 }
 
 /// MCP and A2A methods that read an interface's contract.

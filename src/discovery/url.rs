@@ -30,9 +30,14 @@ pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
 /// # Errors
 /// As [`split_url`].
 pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| format!("`{url}` is not an absolute URL such as http://host:8080/path"))?;
+    // The first `:` starts the `://` of every URL this is given per span; a general
+    // substring search is kept for the rest.
+    let (scheme, rest) = match url.find(':') {
+        Some(i) if url[i..].starts_with("://") => (&url[..i], &url[i + 3..]),
+        _ => url.split_once("://").ok_or_else(|| {
+            format!("`{url}` is not an absolute URL such as http://host:8080/path")
+        })?,
+    };
     if scheme.is_empty()
         || !scheme
             .bytes()
