@@ -70,6 +70,79 @@ impl Entry {
     }
 }
 
+/// What judging an attempt that arrives after all of its key's attempts needs of their
+/// history, kept in the key itself: the in-order path (nearly every attempt) then reads no
+/// entry of the history, whose latest one is rarely still in the cache.
+#[derive(Debug, Clone, Copy)]
+struct Tail {
+    /// The history is not empty, and each attempt in it ended no later than the next one
+    /// did: so every one ended by the time an attempt that starts after the last ended.
+    ordered: bool,
+    /// The latest attempt's times, kind and number in its row of failures.
+    start: Nanos,
+    end: Nanos,
+    kind: Kind,
+    attempt: u16,
+    /// How many of the latest attempts in a row failed transient or throttled (saturating).
+    retryable_run: u16,
+}
+
+impl Tail {
+    /// The tail of an empty history: nothing goes after it in order.
+    const EMPTY: Tail = Tail {
+        ordered: false,
+        start: 0,
+        end: 0,
+        kind: Kind::Ok,
+        attempt: 0,
+        retryable_run: 0,
+    };
+
+    /// The tail of `history`.
+    fn of(history: &[Entry]) -> Tail {
+        let Some(last) = history.last() else {
+            return Tail::EMPTY;
+        };
+        let run = history
+            .iter()
+            .rev()
+            .take_while(|e| e.kind.class().is_retryable_failure())
+            .count();
+        Tail {
+            ordered: history.windows(2).all(|w| w[0].end <= w[1].end),
+            start: last.start,
+            end: last.end,
+            kind: last.kind,
+            attempt: last.attempt,
+            retryable_run: u16::try_from(run).unwrap_or(u16::MAX),
+        }
+    }
+
+    /// Whether `a` goes after every attempt of the history, each of which ended by the
+    /// time it started: then its predecessor is the latest attempt and nothing after it
+    /// needs judging again.
+    /// (A saturated run of failures is left to the history to count.)
+    fn precedes(&self, a: &Entry) -> bool {
+        self.ordered
+            && self.retryable_run < u16::MAX
+            && self.end <= a.start
+            && (self.start, self.end) < (a.start, a.end)
+    }
+
+    /// The tail once `a` (judged) is appended after it.
+    fn push(&mut self, a: &Entry) {
+        self.retryable_run = if a.kind.class().is_retryable_failure() {
+            self.retryable_run.saturating_add(1)
+        } else {
+            0
+        };
+        self.start = a.start;
+        self.end = a.end;
+        self.kind = a.kind;
+        self.attempt = a.attempt;
+    }
+}
+
 /// One (client instance, interface, operation) key.
 #[derive(Debug)]
 pub(super) struct Key {
@@ -82,6 +155,8 @@ pub(super) struct Key {
     settled_prefix: u32,
     /// Sorted by (start, end, span id); at most `Params::depth` entries.
     history: Vec<Entry>,
+    /// What the in-order path needs of the history.
+    tail: Tail,
 }
 
 impl Key {
@@ -98,6 +173,7 @@ impl Key {
             operation: Arc::from(&operation[..cut]),
             settled_prefix: 0,
             history: Vec::with_capacity(p.depth + 1),
+            tail: Tail::EMPTY,
         }
     }
 }
@@ -198,6 +274,7 @@ impl Group {
                 key.history.push(e);
             }
             key.settled_prefix = key.history.len() as u32;
+            key.tail = Tail::of(&key.history);
             group.keys.insert(k.operation_hash, key);
         }
         group
@@ -215,7 +292,8 @@ impl Group {
     }
 
     /// The start of `operation`'s latest attempt (0 when there is none): what
-    /// [`super::Shard::touch`] reads ahead.
+    /// [`super::Shard::touch`] reads ahead. Read from the history, not the key's tail: the
+    /// attempt arriving is written beside it.
     pub(super) fn touch(&self, operation: u64) -> Nanos {
         self.keys
             .get(&operation)
@@ -258,21 +336,24 @@ impl Group {
         };
         let key = self.keys.get_mut(&obs.operation)?;
         key.last_seen = key.last_seen.max(now);
-        // In order (nearly always): after the last, touching nothing else — a pending history
-        // can hold hundreds of attempts, and a search through it misses the cache each step.
-        let at = match key.history.last() {
-            None => 0,
-            Some(last) if last.order() < entry.order() => key.history.len(),
-            Some(_) => key.history.partition_point(|e| e.order() < entry.order()),
+        // In order (nearly always): after the last attempt, judged from the key's tail.
+        let in_order = key.tail.precedes(&entry);
+        let at = if in_order {
+            key.history.len()
+        } else {
+            let at = match key.history.last() {
+                None => 0,
+                Some(last) if last.order() < entry.order() => key.history.len(),
+                Some(_) => key.history.partition_point(|e| e.order() < entry.order()),
+            };
+            if key.history.get(at).is_some_and(|e| {
+                e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
+            }) {
+                // The same span sent again (an exporter's retry): already counted.
+                return Some(None);
+            }
+            at
         };
-        if key.history.get(at).is_some_and(|e| {
-            e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
-        }) {
-            // The same span sent again (an exporter's retry): already counted.
-            return Some(None);
-        }
-        key.history.insert(at, entry);
-        key.settled_prefix = key.settled_prefix.min(at as u32);
 
         let read = obs.outcome == Outcome::Ok && obs.discovery_read;
         let lists = &mut self.lists;
@@ -294,13 +375,31 @@ impl Group {
             (read || refusal) && self.pending > 1 && obs.end <= self.latest_pending_start;
         self.latest_pending_start = self.latest_pending_start.max(obs.start);
 
-        rejudge(&self.lists, key, at, p);
-        // Re-judging changes verdicts, never positions: the attempt is still at `at`.
-        let e = &key.history[at];
+        let (kind, violation, attempt) = if in_order {
+            let mut entry = entry;
+            let verdict = self.lists.judge_after(&key.tail, &entry, p);
+            (entry.kind, entry.violation, entry.attempt) = verdict;
+            key.tail.push(&entry);
+            key.history.push(entry);
+            debug_assert_eq!(
+                self.lists.judge(&key.history, at, p),
+                verdict,
+                "the in-order path judges as the history does"
+            );
+            verdict
+        } else {
+            key.history.insert(at, entry);
+            key.settled_prefix = key.settled_prefix.min(at as u32);
+            rejudge(&self.lists, key, at, p);
+            key.tail = Tail::of(&key.history);
+            // Re-judging changes verdicts, never positions: the attempt is still at `at`.
+            let e = &key.history[at];
+            (e.kind, e.violation, e.attempt)
+        };
         let judgement = Judgement {
-            kind: e.kind,
-            violation: e.violation,
-            attempt: u32::from(e.attempt),
+            kind,
+            violation,
+            attempt: u32::from(attempt),
             discovery_read: read,
         };
         self.pending -= trim_key(key, self.labels, now, p, out);
@@ -310,6 +409,7 @@ impl Group {
                 if *op != obs.operation {
                     let first = other.history.partition_point(|e| e.start < obs.end);
                     rejudge(&self.lists, other, first, p);
+                    other.tail = Tail::of(&other.history);
                 }
             }
         }
@@ -424,6 +524,30 @@ impl Lists {
         } else if pred.kind == Kind::Ambiguous {
             Some(Violation::RetryAfterAmbiguous)
         } else if budget_exhausted(history, i, p) {
+            Some(Violation::RetryBudgetExhausted)
+        } else {
+            self.probe(a, p)
+        };
+        (kind, violation, attempt)
+    }
+
+    /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
+    /// [`Lists::judge`] gives it there, without reading the history.
+    fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> (Kind, Option<Violation>, u16) {
+        let read_before = self.first_read.is_some_and(|r| r <= a.start);
+        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
+        let attempt = if tail.kind == Kind::Ok {
+            1
+        } else {
+            tail.attempt.saturating_add(1)
+        };
+        let violation = if tail.kind.class() == Class::Refusal {
+            Some(Violation::RetryAfterRefusal)
+        } else if tail.kind == Kind::UnverifiedRefusal && !self.read_between(tail.end, a.start) {
+            Some(Violation::RetryWithoutDiscovery)
+        } else if tail.kind == Kind::Ambiguous {
+            Some(Violation::RetryAfterAmbiguous)
+        } else if usize::from(tail.retryable_run) > p.max_retries as usize {
             Some(Violation::RetryBudgetExhausted)
         } else {
             self.probe(a, p)
