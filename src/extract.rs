@@ -18,6 +18,9 @@ pub enum Val<'a> {
     Str(&'a str),
     /// A string as it stands on the wire, not yet checked as UTF-8 (it is when used).
     Raw(&'a [u8]),
+    /// An `AnyValue` message as it stands on the wire, read only when used (most
+    /// attributes are not): see [`Val::decoded`].
+    Encoded(&'a [u8]),
     /// An integer.
     Int(i64),
     /// A double.
@@ -31,7 +34,7 @@ pub enum Val<'a> {
 impl<'a> Val<'a> {
     /// The value as a string, when it is one (and valid UTF-8).
     pub fn as_str(self) -> Option<&'a str> {
-        match self {
+        match self.decoded() {
             Val::Str(s) => Some(s),
             Val::Raw(b) => std::str::from_utf8(b).ok(),
             _ => None,
@@ -277,6 +280,7 @@ fn as_str(v: Val<'_>) -> Option<&str> {
 
 /// An integer, or a string holding one.
 fn as_int(v: Val<'_>) -> Option<i64> {
+    let v = v.decoded();
     match v {
         Val::Int(i) => Some(i),
         Val::Str(_) | Val::Raw(_) => v.as_str()?.trim().parse().ok(),

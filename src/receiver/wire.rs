@@ -116,8 +116,8 @@ pub fn each<'a>(
 }
 
 /// A key and value of one `KeyValue` message; `None` when it is broken. The key stays
-/// bytes (the caller compares it with the keys it knows) and a string value is checked as
-/// UTF-8 only when it is used.
+/// bytes (the caller compares it with the keys it knows) and the value is read only when
+/// it is used ([`Val::decoded`]).
 #[inline]
 fn key_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
     // The fast path: every SDK writes the key (field 1) and then the value (field 2).
@@ -129,7 +129,7 @@ fn key_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
     for f in fields(bytes) {
         match f.ok()? {
             (1, Wire::Bytes(k)) => key = Some(k),
-            (2, Wire::Bytes(v)) => value = any_value(v),
+            (2, Wire::Bytes(v)) => value = Val::Encoded(v),
             _ => {}
         }
     }
@@ -145,18 +145,25 @@ fn key_then_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
     if !b.is_empty() {
         return None;
     }
-    let value = match value.split_first() {
-        Some((0x0a, mut rest)) => {
-            let s = length_delimited_body(&mut rest)?;
-            if rest.is_empty() {
-                Val::Raw(s)
-            } else {
-                any_value(value)
+    Some((key, Val::Encoded(value)))
+}
+
+impl<'a> Val<'a> {
+    /// The value itself: an [`Val::Encoded`] one read from its `AnyValue` bytes (a string
+    /// stays unchecked as UTF-8), any other as it is.
+    #[inline]
+    pub fn decoded(self) -> Val<'a> {
+        let Val::Encoded(bytes) = self else {
+            return self;
+        };
+        // The usual layout: one string field.
+        if let Some((0x0a, mut rest)) = bytes.split_first() {
+            if let Some(s) = length_delimited_body(&mut rest).filter(|_| rest.is_empty()) {
+                return Val::Raw(s);
             }
         }
-        _ => any_value(value),
-    };
-    Some((key, value))
+        any_value(bytes)
+    }
 }
 
 /// One length-delimited field with this exact key byte.
@@ -448,7 +455,8 @@ mod tests {
                 out.push(format!(
                     "{}={:?}",
                     String::from_utf8_lossy(k),
-                    val.as_str().map_or(format!("{val:?}"), str::to_owned)
+                    val.as_str()
+                        .map_or(format!("{:?}", val.decoded()), str::to_owned)
                 ))
             });
             v.exception_types(&mut |t| {
