@@ -115,21 +115,26 @@ pub fn each<'a>(
     })
 }
 
-/// A key and value of one `KeyValue` message; `None` when it is broken. The key stays
-/// bytes (the caller compares it with the keys it knows) and the value is read only when
-/// it is used ([`Val::decoded`]).
-#[inline]
-fn key_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
+/// The key and the value (its `AnyValue` bytes, empty when it has none) of one `KeyValue`
+/// message; `None` when it is broken. The key stays bytes (the caller compares it with the
+/// keys it knows) and the value is read only when it is used ([`Val::decoded`]). Two slices
+/// rather than a [`Val`]: returned in plain words, they are read back without a stall.
+#[inline(always)]
+fn key_value(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     // The fast path: every SDK writes the key (field 1) and then the value (field 2).
-    if let Some(kv) = key_then_value(bytes) {
-        return Some(kv);
-    }
+    key_then_value(bytes).or_else(|| key_value_fields(bytes))
+}
+
+/// [`key_value`] for any other layout, field by field.
+#[cold]
+#[inline(never)]
+fn key_value_fields(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut key = None;
-    let mut value = Val::Other;
+    let mut value: &[u8] = &[];
     for f in fields(bytes) {
         match f.ok()? {
             (1, Wire::Bytes(k)) => key = Some(k),
-            (2, Wire::Bytes(v)) => value = Val::Encoded(v),
+            (2, Wire::Bytes(v)) => value = v,
             _ => {}
         }
     }
@@ -137,15 +142,15 @@ fn key_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
 }
 
 /// `[0x0a len key][0x12 len value]`, exactly; `None` for any other layout.
-#[inline]
-fn key_then_value(bytes: &[u8]) -> Option<(&[u8], Val<'_>)> {
+#[inline(always)]
+fn key_then_value(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut b = bytes;
     let key = length_delimited(&mut b, 0x0a)?;
     let value = length_delimited(&mut b, 0x12)?;
     if !b.is_empty() {
         return None;
     }
-    Some((key, Val::Encoded(value)))
+    Some((key, value))
 }
 
 impl<'a> Val<'a> {
@@ -234,7 +239,7 @@ fn attributes<'a>(bytes: &'a [u8], number: u8, max: usize, mut f: impl FnMut(&'a
         let Some(kv) = kv else { return };
         read += 1;
         if let Some((k, v)) = key_value(kv) {
-            f(k, v);
+            f(k, Val::Encoded(v));
         }
     }
 }
@@ -385,7 +390,7 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
                     (2, Wire::Bytes(name)) => exception = name == b"exception",
                     (3, Wire::Bytes(kv)) => {
                         if let Some((b"exception.type", v)) = key_value(kv) {
-                            found = v.as_str();
+                            found = Val::Encoded(v).as_str();
                         }
                     }
                     _ => {}
