@@ -6,6 +6,9 @@
 # latency at half of the maximum rate.
 #   benches/e2e.sh [SECONDS [LOADGEN OPTIONS...]]   (default 10 seconds a run)
 # e.g. `benches/e2e.sh 5 --clients 16` for a fleet whose tracker state stays in the cache.
+#
+# Every run gets a fresh server: the load generator's span times start over each run, and a
+# server that had seen the previous run would take them all as late arrivals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
@@ -14,23 +17,36 @@ extra=("$@")
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
-start_server "" -- taskset -c 0
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+
+# load TRANSPORT [LOADGEN OPTIONS...]: one run against a fresh server; sets $out (the load
+# generator's last line), $cpu_per_m and $rss.
+load() {
+  local transport=$1
+  shift
+  start_server "" -- taskset -c 0
+  local port=$grpc
+  [[ $transport == http ]] && port=$http
+  local before
+  before=$(cpu)
+  out=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
+    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 "${extra[@]}" "$@" | tail -1)
+  local after
+  after=$(cpu)
+  cpu_per_m=$(awk -v c=$((after - before)) -v t="$ticks" -v s="$(field "$out" spans)" \
+    'BEGIN { printf "%.3f", c / t / (s / 1e6) }')
+  rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+}
+
 printf '%-6s %12s %16s %10s %10s %10s\n' transport spans/s cpu-s/Mspans peak-RSS p50@half p99@half
 for transport in grpc http; do
-  port=$grpc; [[ $transport == http ]] && port=$http
-  before=$(cpu)
-  full=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
-    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 "${extra[@]}" | tail -1)
-  after=$(cpu)
-  spans=$(field "$full" spans); rate=$(field "$full" spans_per_sec)
-  cpu_per_m=$(awk -v c=$((after - before)) -v t="$ticks" -v s="$spans" 'BEGIN { printf "%.3f", c / t / (s / 1e6) }')
-  half=$(taskset -c 1 target/release/examples/loadgen --protocol "$transport" \
-    --endpoint "http://127.0.0.1:$port" --duration "$seconds" --concurrency 8 "${extra[@]}" \
-    --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')" | tail -1)
-  rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
-  printf '%-6s %12s %16s %10s %8s us %8s us\n' "$transport" "$rate" "$cpu_per_m" "$rss" \
-    "$(field "$half" p50_us)" "$(field "$half" p99_us)"
+  load "$transport"
+  rate=$(field "$out" spans_per_sec) full_cpu=$cpu_per_m full_rss=$rss
+  load "$transport" --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')"
+  printf '%-6s %12s %16s %10s %8s us %8s us\n' "$transport" "$rate" "$full_cpu" "$full_rss" \
+    "$(field "$out" p50_us)" "$(field "$out" p99_us)"
 done
