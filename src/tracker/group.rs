@@ -291,14 +291,13 @@ impl Group {
         }
     }
 
-    /// The start of `operation`'s latest attempt (0 when there is none): what
-    /// [`super::Shard::touch`] reads ahead. Read from the history, not the key's tail: the
-    /// attempt arriving is written beside it.
+    /// What [`super::Shard::touch`] reads ahead of observing `operation`: the key whole
+    /// (its tail may sit in the next cache line) and its history's latest attempt, beside
+    /// which the arriving one is written. 0 when there is no such key.
     pub(super) fn touch(&self, operation: u64) -> Nanos {
-        self.keys
-            .get(&operation)
-            .and_then(|k| k.history.last())
-            .map_or(0, |e| e.start)
+        self.keys.get(&operation).map_or(0, |k| {
+            k.tail.end ^ k.last_seen ^ k.history.last().map_or(0, |e| e.start)
+        })
     }
 
     /// Whether the group has pending attempts.
