@@ -3,6 +3,10 @@
 //! pre-encoded once, sent over OTLP/gRPC or OTLP/HTTP by concurrent senders, as fast as
 //! possible or at a fixed rate. Prints achieved spans/s and export latency percentiles.
 //!
+//! Like an SDK, which exports one batch at a time, a client's requests all come from one
+//! sender, in order (so `--concurrency` above `--clients` adds no sender); each send carries
+//! fresh span ids and later span times than the one before.
+//!
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1]
