@@ -503,50 +503,53 @@ impl Lists {
     /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
     fn judge(&self, history: &[Entry], i: usize, p: &Params) -> (Kind, Option<Violation>, u16) {
         let a = &history[i];
-        let read_before = self.first_read.is_some_and(|r| r <= a.start);
-        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
-
         // Attempts on the key before A: earlier in order, ended no later than A started.
-        let mut before = history[..i].iter().rev().filter(|e| e.end <= a.start);
-        let Some(pred) = before.next() else {
-            return (kind, self.probe(a, p), 1);
-        };
-        let attempt = if pred.kind == Kind::Ok {
-            1
-        } else {
-            pred.attempt.saturating_add(1)
-        };
-        let violation = if pred.kind.class() == Class::Refusal {
-            Some(Violation::RetryAfterRefusal)
-        } else if pred.kind == Kind::UnverifiedRefusal && !self.read_between(pred.end, a.start) {
-            Some(Violation::RetryWithoutDiscovery)
-        } else if pred.kind == Kind::Ambiguous {
-            Some(Violation::RetryAfterAmbiguous)
-        } else if budget_exhausted(history, i, p) {
-            Some(Violation::RetryBudgetExhausted)
-        } else {
-            self.probe(a, p)
-        };
-        (kind, violation, attempt)
+        let pred = history[..i].iter().rev().find(|e| e.end <= a.start);
+        self.verdict(
+            a,
+            pred.map(|e| (e.kind, e.attempt, e.end)),
+            || budget_exhausted(history, i, p),
+            p,
+        )
     }
 
     /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
     /// [`Lists::judge`] gives it there, without reading the history.
     fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> (Kind, Option<Violation>, u16) {
+        self.verdict(
+            a,
+            Some((tail.kind, tail.attempt, tail.end)),
+            || usize::from(tail.retryable_run) > p.max_retries as usize,
+            p,
+        )
+    }
+
+    /// The decision table of DESIGN §5 for `a`, given its predecessor on the key (kind,
+    /// number in its row, end) and whether the retry budget was spent before it.
+    fn verdict(
+        &self,
+        a: &Entry,
+        pred: Option<(Kind, u16, Nanos)>,
+        budget_spent: impl FnOnce() -> bool,
+        p: &Params,
+    ) -> (Kind, Option<Violation>, u16) {
         let read_before = self.first_read.is_some_and(|r| r <= a.start);
         let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
-        let attempt = if tail.kind == Kind::Ok {
+        let Some((pred_kind, pred_attempt, pred_end)) = pred else {
+            return (kind, self.probe(a, p), 1);
+        };
+        let attempt = if pred_kind == Kind::Ok {
             1
         } else {
-            tail.attempt.saturating_add(1)
+            pred_attempt.saturating_add(1)
         };
-        let violation = if tail.kind.class() == Class::Refusal {
+        let violation = if pred_kind.class() == Class::Refusal {
             Some(Violation::RetryAfterRefusal)
-        } else if tail.kind == Kind::UnverifiedRefusal && !self.read_between(tail.end, a.start) {
+        } else if pred_kind == Kind::UnverifiedRefusal && !self.read_between(pred_end, a.start) {
             Some(Violation::RetryWithoutDiscovery)
-        } else if tail.kind == Kind::Ambiguous {
+        } else if pred_kind == Kind::Ambiguous {
             Some(Violation::RetryAfterAmbiguous)
-        } else if usize::from(tail.retryable_run) > p.max_retries as usize {
+        } else if budget_spent() {
             Some(Violation::RetryBudgetExhausted)
         } else {
             self.probe(a, p)
