@@ -6,6 +6,8 @@
 # latency at half of the maximum rate.
 #   benches/e2e.sh [SECONDS [LOADGEN OPTIONS...]]   (default 10 seconds a run)
 # e.g. `benches/e2e.sh 5 --clients 16` for a fleet whose tracker state stays in the cache.
+# With FORWARD=gzip (or none) the server forwards every span it tags over OTLP/HTTP, with that
+# compression, to a sink that drops them (examples/sink.rs, on the load generator's core).
 #
 # Every run gets a fresh server: the load generator's span times start over each run, and a
 # server that had seen the previous run would take them all as late arrivals.
@@ -17,6 +19,17 @@ extra=("$@")
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
+forward=${FORWARD:-}
+config=""
+if [[ -n $forward ]]; then
+  cargo build --release --quiet --example sink
+  sink=$(free_port)
+  taskset -c 1 target/release/examples/sink "127.0.0.1:$sink" >/dev/null &
+  sink_pid=$!
+  trap 'kill "${pid:-0}" "$sink_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+  config="exporters:
+  otlp: { endpoint: 'http://127.0.0.1:$sink', protocol: http/protobuf, compression: $forward }"
+fi
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
@@ -26,7 +39,7 @@ field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 load() {
   local transport=$1
   shift
-  start_server "" -- taskset -c 0
+  start_server "$config" -- taskset -c 0
   local port=$grpc
   [[ $transport == http ]] && port=$http
   local before
@@ -42,6 +55,7 @@ load() {
   wait "$pid" 2>/dev/null || true
 }
 
+[[ -n $forward ]] && echo "forwarding every span over OTLP/HTTP ($forward) to a sink"
 printf '%-6s %12s %16s %10s %10s %10s\n' transport spans/s cpu-s/Mspans peak-RSS p50@half p99@half
 for transport in grpc http; do
   load "$transport"
