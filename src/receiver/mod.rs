@@ -22,7 +22,7 @@ use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
 use crate::tracker::{Event, GroupId, Judgement, Nanos, Observation, Tracker};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
@@ -581,54 +581,85 @@ pub fn wall_clock() -> Nanos {
 /// rule and the interface), encoded as `Span.attributes` (field 9) entries.
 fn encode_place_tags(reason: classify::Reason<'_>, interface: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
-    for a in [
-        tag_kv(
-            "refusal_gate.reason",
-            Value::StringValue(reason.to_string()),
-        ),
-        tag_kv(
-            "refusal_gate.interface",
-            Value::StringValue(interface.to_owned()),
-        ),
-    ] {
-        prost::encoding::message::encode(9, &a, &mut out);
-    }
+    push_tag(
+        &mut out,
+        "refusal_gate.reason",
+        Tag::Str(&reason.to_string()),
+    );
+    push_tag(&mut out, "refusal_gate.interface", Tag::Str(interface));
     out
 }
 
 /// `placed` (from [`encode_place_tags`]) with the attributes of the verdict appended: all
 /// the `refusal_gate.*` attributes, ready to append to a span's bytes.
 fn encode_tags(j: &Judgement, placed: &[u8]) -> Vec<u8> {
-    let s = |v: &str| Value::StringValue(v.to_owned());
-    let mut out = Vec::with_capacity(placed.len() + 192);
+    let mut out = Vec::with_capacity(placed.len() + 256);
     out.extend_from_slice(placed);
-    let verdict = [
-        tag_kv("refusal_gate.class", s(j.kind.class().as_str())),
-        tag_kv("refusal_gate.kind", s(j.kind.as_str())),
-        tag_kv("refusal_gate.decision", s(j.kind.decision().as_str())),
-        tag_kv(
-            "refusal_gate.discovery_read",
-            Value::BoolValue(j.discovery_read),
-        ),
-        tag_kv(
-            "refusal_gate.attempt",
-            Value::IntValue(i64::from(j.attempt)),
-        ),
-    ];
-    let violation = j
-        .violation
-        .map(|v| tag_kv("refusal_gate.violation", s(v.as_str())));
-    for a in verdict.iter().chain(&violation) {
-        prost::encoding::message::encode(9, a, &mut out);
+    push_tag(
+        &mut out,
+        "refusal_gate.class",
+        Tag::Str(j.kind.class().as_str()),
+    );
+    push_tag(&mut out, "refusal_gate.kind", Tag::Str(j.kind.as_str()));
+    push_tag(
+        &mut out,
+        "refusal_gate.decision",
+        Tag::Str(j.kind.decision().as_str()),
+    );
+    push_tag(
+        &mut out,
+        "refusal_gate.discovery_read",
+        Tag::Bool(j.discovery_read),
+    );
+    push_tag(
+        &mut out,
+        "refusal_gate.attempt",
+        Tag::Int(i64::from(j.attempt)),
+    );
+    if let Some(v) = j.violation {
+        push_tag(&mut out, "refusal_gate.violation", Tag::Str(v.as_str()));
     }
     out
 }
 
-fn tag_kv(key: &str, value: Value) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue { value: Some(value) }),
-        ..Default::default()
+/// The value of one tag.
+enum Tag<'a> {
+    Str(&'a str),
+    Bool(bool),
+    Int(i64),
+}
+
+/// Appends one `Span.attributes` entry (field 9, a `KeyValue`) holding `key` = `value`,
+/// written directly: what prost would encode, without building the message first.
+fn push_tag(out: &mut Vec<u8>, key: &str, value: Tag<'_>) {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    let len = |n: usize| encoded_len_varint(n as u64) + n;
+    // AnyValue: string_value (1), bool_value (2) or int_value (3).
+    let any = match value {
+        Tag::Str(s) => 1 + len(s.len()),
+        Tag::Bool(_) => 2,
+        Tag::Int(i) => 1 + encoded_len_varint(i as u64),
+    };
+    // KeyValue: key (1), value (2).
+    let kv = 1 + len(key.len()) + 1 + len(any);
+    out.push(9 << 3 | 2);
+    encode_varint(kv as u64, out);
+    out.push(1 << 3 | 2);
+    encode_varint(key.len() as u64, out);
+    out.extend_from_slice(key.as_bytes());
+    out.push(2 << 3 | 2);
+    encode_varint(any as u64, out);
+    match value {
+        Tag::Str(s) => {
+            out.push(1 << 3 | 2);
+            encode_varint(s.len() as u64, out);
+            out.extend_from_slice(s.as_bytes());
+        }
+        Tag::Bool(b) => out.extend_from_slice(&[2 << 3, u8::from(b)]),
+        Tag::Int(i) => {
+            out.push(3 << 3);
+            encode_varint(i as u64, out);
+        }
     }
 }
 
@@ -1261,6 +1292,48 @@ mod tests {
         let forwarded = tag(&body, &malformed_at, &tags).expect("re-framed");
         let request = ExportTraceServiceRequest::decode(&forwarded[..]).expect("a valid request");
         assert_eq!(request.resource_spans[0].scope_spans[0].spans.len(), 2);
+    }
+
+    #[test]
+    fn tags_are_encoded_as_prost_encodes_them() {
+        use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
+        let long = "x".repeat(300);
+        let cases = [
+            (
+                "refusal_gate.kind",
+                Tag::Str("unverified_refusal"),
+                Value::StringValue("unverified_refusal".into()),
+            ),
+            (
+                "refusal_gate.reason",
+                Tag::Str(&long),
+                Value::StringValue(long.clone()),
+            ),
+            (
+                "refusal_gate.discovery_read",
+                Tag::Bool(true),
+                Value::BoolValue(true),
+            ),
+            (
+                "refusal_gate.discovery_read",
+                Tag::Bool(false),
+                Value::BoolValue(false),
+            ),
+            ("refusal_gate.attempt", Tag::Int(3), Value::IntValue(3)),
+            ("refusal_gate.attempt", Tag::Int(-1), Value::IntValue(-1)),
+        ];
+        for (key, tag, value) in cases {
+            let mut ours = Vec::new();
+            push_tag(&mut ours, key, tag);
+            let mut theirs = Vec::new();
+            let kv = KeyValue {
+                key: key.into(),
+                value: Some(AnyValue { value: Some(value) }),
+                ..Default::default()
+            };
+            prost::encoding::message::encode(9, &kv, &mut theirs);
+            assert_eq!(ours, theirs, "{key}");
+        }
     }
 
     #[test]
