@@ -293,31 +293,89 @@ fn fields(buf: &[u8], wanted: u32) -> Result<Vec<&[u8]>, String> {
         .collect())
 }
 
-/// Writes the new value of one field into the buffer; `false` drops the field.
-type FieldRewrite<'f> = dyn FnMut(&[u8], &mut Vec<u8>) -> Result<bool, String> + 'f;
+/// The fields that lead from a request down to its spans: `resource_spans` (1),
+/// `scope_spans` (2), `spans` (2).
+const SPAN_PATH: [u32; 3] = [1, 2, 2];
 
-/// Copies a message, rewriting the length-delimited fields numbered `wanted` with `f`
-/// (which writes the new value, or nothing to drop the field); every other byte stays as
-/// it was.
-fn rewrite(
+/// The spans of a request in order, as [`tag`] rewrites them.
+#[derive(Clone)]
+struct SpanCursor<'t> {
+    seen: u32,
+    decoded: usize,
+    malformed_at: &'t [u32],
+    tags: &'t [Option<Vec<u8>>],
+}
+
+impl<'t> SpanCursor<'t> {
+    /// The next span's tags (empty when it has none), or `None` when it is left out.
+    fn next(&mut self) -> Option<&'t [u8]> {
+        let at = self.seen;
+        self.seen += 1;
+        if let Some((&first, rest)) = self.malformed_at.split_first() {
+            if first == at {
+                self.malformed_at = rest;
+                return None;
+            }
+        }
+        let extra = self.tags.get(self.decoded).and_then(|t| t.as_deref());
+        self.decoded += 1;
+        Some(extra.unwrap_or(&[]))
+    }
+}
+
+/// The length of the message `buf` at `depth` of [`SPAN_PATH`] once rewritten, its spans
+/// taken from `spans`; `None` for a span that is left out.
+fn rewritten_len(
     buf: &[u8],
-    wanted: u32,
-    out: &mut Vec<u8>,
-    f: &mut FieldRewrite<'_>,
-) -> Result<(), String> {
+    depth: usize,
+    spans: &mut SpanCursor<'_>,
+) -> Result<Option<usize>, String> {
+    let Some(&wanted) = SPAN_PATH.get(depth) else {
+        return Ok(spans.next().map(|extra| buf.len() + extra.len()));
+    };
+    let mut len = 0;
     for field in walk(buf)? {
         match field.value {
             Some(value) if field.number == wanted => {
-                let mut inner = Vec::with_capacity(value.len() + 64);
-                if f(value, &mut inner)? {
-                    prost::encoding::encode_key(
-                        wanted,
-                        prost::encoding::WireType::LengthDelimited,
-                        out,
-                    );
-                    prost::encoding::encode_varint(inner.len() as u64, out);
-                    out.extend_from_slice(&inner);
+                if let Some(n) = rewritten_len(value, depth + 1, spans)? {
+                    len += prost::encoding::key_len(wanted)
+                        + prost::encoding::encoded_len_varint(n as u64)
+                        + n;
                 }
+            }
+            _ => len += field.raw.len(),
+        }
+    }
+    Ok(Some(len))
+}
+
+/// Writes the message `buf` at `depth` of [`SPAN_PATH`] rewritten: each span with its tags
+/// appended, the ones left out dropped, every other byte as it was. Each byte is copied once,
+/// straight to `out`: a nested message's new length is measured before it is written.
+fn rewrite(
+    buf: &[u8],
+    depth: usize,
+    spans: &mut SpanCursor<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
+    let wanted = SPAN_PATH[depth];
+    let key = |out: &mut Vec<u8>, len: usize| {
+        prost::encoding::encode_key(wanted, prost::encoding::WireType::LengthDelimited, out);
+        prost::encoding::encode_varint(len as u64, out);
+    };
+    for field in walk(buf)? {
+        match field.value {
+            Some(span) if field.number == wanted && depth + 1 == SPAN_PATH.len() => {
+                if let Some(extra) = spans.next() {
+                    key(out, span.len() + extra.len());
+                    out.extend_from_slice(span);
+                    out.extend_from_slice(extra);
+                }
+            }
+            Some(value) if field.number == wanted => {
+                let len = rewritten_len(value, depth + 1, &mut spans.clone())?.unwrap_or(0);
+                key(out, len);
+                rewrite(value, depth + 1, spans, out)?;
             }
             _ => out.extend_from_slice(field.raw),
         }
@@ -332,35 +390,19 @@ fn rewrite(
 /// # Errors
 /// When the request's framing is broken (it decoded, so it is not).
 pub fn tag(body: &[u8], malformed_at: &[u32], tags: &[Option<Vec<u8>>]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::with_capacity(body.len() + tags.len() * 160);
-    let mut seen = 0u32;
-    let mut decoded = 0usize;
-    let mut malformed = malformed_at.iter().copied().peekable();
-    rewrite(body, 1, &mut out, &mut |resource_spans, out| {
-        rewrite(resource_spans, 2, out, &mut |scope_spans, out| {
-            rewrite(scope_spans, 2, out, &mut |span, out| {
-                let at = seen;
-                seen += 1;
-                if malformed.peek() == Some(&at) {
-                    malformed.next();
-                    return Ok(false);
-                }
-                out.extend_from_slice(span);
-                if let Some(Some(extra)) = tags.get(decoded) {
-                    out.extend_from_slice(extra);
-                }
-                decoded += 1;
-                Ok(true)
-            })?;
-            Ok(true)
-        })?;
-        Ok(true)
-    })?;
+    let spans = SpanCursor {
+        seen: 0,
+        decoded: 0,
+        malformed_at,
+        tags,
+    };
+    let len = rewritten_len(body, 0, &mut spans.clone())?.unwrap_or(0);
+    let mut out = Vec::with_capacity(len);
+    rewrite(body, 0, &mut spans.clone(), &mut out)?;
+    debug_assert_eq!(out.len(), len, "measured as written");
     Ok(out)
 }
 
-/// OTLP/JSON, leniently: the request must be a JSON object of the right shape; each span
-/// that does not deserialize is skipped and counted.
 /// OTLP/JSON, leniently: the request must be a JSON object of the right shape; each span
 /// that does not deserialize is left out and counted. Returns the request (resources and
 /// scopes whole) and how many spans were left out.
