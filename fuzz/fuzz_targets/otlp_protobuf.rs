@@ -1,11 +1,13 @@
 //! Fuzz target: arbitrary bytes as an OTLP/protobuf export request, through the whole
-//! ingest path (frame check, in-place span reads, extract, classify, track, count). The
-//! property: no panic, and an answer for every input.
+//! ingest path (frame check, in-place span reads, extract, classify, track, count), and for
+//! a request whose framing holds, the forwarding path too (tags, re-framing). The
+//! properties: no panic, an answer for every input, and a re-framed request whose framing
+//! holds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use refusal_gate::config::Config;
-use refusal_gate::receiver::{Encoding, Pipeline, Transport};
+use refusal_gate::receiver::{self, Encoding, Pipeline, Transport};
 use std::sync::LazyLock;
 
 /// One pipeline on the default configuration for the whole run, so that state built by
@@ -14,4 +16,14 @@ static PIPELINE: LazyLock<Pipeline> = LazyLock::new(|| Pipeline::from_config(&Co
 
 fuzz_target!(|data: &[u8]| {
     let _ = PIPELINE.handle(Transport::Grpc, data, Encoding::Protobuf);
+    if receiver::frame_check(data).is_ok() {
+        let mut tags = Vec::new();
+        let (_, malformed_at) = PIPELINE.ingest_wire(Transport::Grpc, data, 1, Some(&mut tags));
+        let forwarded = receiver::tag(data, &malformed_at, &tags)
+            .expect("a request whose framing holds is re-framed");
+        assert!(
+            receiver::frame_check(&forwarded).is_ok(),
+            "the re-framed request's framing holds"
+        );
+    }
 });

@@ -20,6 +20,10 @@ fn varint(buf: &mut &[u8]) -> Result<u64, Broken> {
     }
     let mut value = 0u64;
     for (i, &byte) in buf.iter().take(10).enumerate() {
+        if i == 9 && byte > 1 {
+            // Past 64 bits: protobuf (and prost, which forwarding re-frames with) rejects it.
+            return Err(Broken);
+        }
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte < 0x80 {
             *buf = &buf[i + 1..];
@@ -66,8 +70,9 @@ impl<'a> Iterator for Fields<'a> {
 impl<'a> Fields<'a> {
     #[inline]
     fn read(&mut self) -> Result<(u32, Wire<'a>), Broken> {
-        let key = varint(&mut self.rest)?;
-        let number = u32::try_from(key >> 3).map_err(|_| Broken)?;
+        // A key is at most 32 bits (field numbers below 2^29), as protobuf defines it.
+        let key = u32::try_from(varint(&mut self.rest)?).map_err(|_| Broken)?;
+        let number = key >> 3;
         let value = match key & 7 {
             0 => Wire::Varint(varint(&mut self.rest)?),
             1 => {
@@ -472,6 +477,33 @@ mod tests {
         };
         assert_eq!(collect(&wire), collect(&&owned));
         assert_eq!(collect(&wire).len(), 5);
+    }
+
+    #[test]
+    fn framing_is_broken_exactly_where_prost_says_so() {
+        use prost::encoding::{decode_key, decode_varint};
+        let cases: [&[u8]; 5] = [
+            // A key past 32 bits (its field number fits in a u32 once shifted).
+            &[0xd0, 0xe1, 0xd9, 0x9c, 0x6c, 0x00],
+            // A ten-byte varint past 64 bits, and one just within.
+            &[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+            ],
+            &[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+            ],
+            // The largest field number, and field 0.
+            &[0xf8, 0xff, 0xff, 0xff, 0x0f, 0x00],
+            &[0x00, 0x00],
+        ];
+        for bytes in cases {
+            let ours = fields(bytes).all(|f| f.is_ok());
+            let mut rest = bytes;
+            let theirs = decode_key(&mut rest)
+                .and_then(|_| decode_varint(&mut rest))
+                .is_ok();
+            assert_eq!(ours, theirs, "{bytes:02x?}");
+        }
     }
 
     #[test]
