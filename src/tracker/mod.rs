@@ -233,8 +233,8 @@ struct Shard {
 }
 
 impl Shard {
-    /// Reads what observing `obs` will read first (its group, its key, the key's latest
-    /// attempt), changing nothing; the start time read, or 0.
+    /// Reads what observing `obs` will read first (its group, then what [`Group::touch`]
+    /// reads of its key), changing nothing; a value of no meaning, or 0.
     fn touch(&self, obs: &Observation) -> Nanos {
         self.groups
             .get(&obs.group)
