@@ -1,7 +1,7 @@
 //! The tracker: per client instance, interface and operation, what was refused, and which
 //! attempts a client following the decision boundary would not have sent (DESIGN §5).
 //!
-//! The per-group logic ([`group`]) is a pure state machine. This module is the stateful
+//! The per-group logic (`group.rs`) is a pure state machine. This module is the stateful
 //! shell around it: a fixed set of shards, each a `Mutex` over the groups of the client
 //! instances that hash to it, so one client's state is always behind one lock and two
 //! clients rarely contend. A lock is held for one attempt (or one sweep of one shard) and
