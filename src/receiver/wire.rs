@@ -20,12 +20,13 @@ fn varint(buf: &mut &[u8]) -> Result<u64, Broken> {
     }
     let mut value = 0u64;
     for (i, &byte) in buf.iter().take(10).enumerate() {
-        if i == 9 && byte > 1 {
-            // Past 64 bits: protobuf (and prost, which forwarding re-frames with) rejects it.
-            return Err(Broken);
-        }
         value |= u64::from(byte & 0x7f) << (7 * i);
         if byte < 0x80 {
+            if i == 9 && byte > 1 {
+                // Past 64 bits: protobuf (and prost, which forwarding re-frames with) rejects
+                // it.
+                return Err(Broken);
+            }
             *buf = &buf[i + 1..];
             return Ok(value);
         }
