@@ -1318,13 +1318,7 @@ mod tests {
 
         // The receivers' path reads the same request in place and forwards the rest.
         assert_eq!(frame_check(&body).expect("framing is valid"), 3);
-        let config = crate::config::Config::default();
-        let pipeline = Pipeline::new(
-            Arc::new(Catalog::new(Vec::new(), Default::default())),
-            Tracker::new(&config.tracker),
-            Metrics::new(&config.metrics),
-            &config.alerting,
-        );
+        let pipeline = Pipeline::from_config(&crate::config::Config::default());
         let mut tags = Vec::new();
         let (summary, malformed_at) =
             pipeline.ingest_wire(Transport::Grpc, &body, 1, Some(&mut tags));
@@ -1380,14 +1374,8 @@ mod tests {
 
     #[test]
     fn attributes_past_the_limit_are_not_read_and_the_span_is_counted() {
-        let config = crate::config::Config::default();
-        let pipeline = Pipeline::new(
-            Arc::new(Catalog::new(Vec::new(), Default::default())),
-            Tracker::new(&config.tracker),
-            Metrics::new(&config.metrics),
-            &config.alerting,
-        )
-        .with_max_attributes(8);
+        let pipeline =
+            Pipeline::from_config(&crate::config::Config::default()).with_max_attributes(8);
         let filler = |n: usize| {
             (0..n)
                 .map(|i| KeyValue {
