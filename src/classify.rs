@@ -32,7 +32,8 @@ pub enum Class {
 pub enum Kind {
     /// It did not fail.
     Ok,
-    /// JSON-RPC -32601, HTTP 405, gRPC UNIMPLEMENTED, after a discovery read.
+    /// JSON-RPC -32601 (and each protocol's own "not supported" codes), HTTP 405, gRPC
+    /// UNIMPLEMENTED, after a discovery read.
     ProtocolNotSupported,
     /// HTTP 404 on an undeclared path, after a discovery read.
     InterfaceNotDeclared,
@@ -66,7 +67,8 @@ pub enum Decision {
 pub enum Outcome {
     /// No error.
     Ok,
-    /// JSON-RPC -32601, HTTP 405, gRPC UNIMPLEMENTED.
+    /// JSON-RPC -32601 (and each protocol's own "not supported" codes), HTTP 405, gRPC
+    /// UNIMPLEMENTED.
     NotSupported,
     /// HTTP 404.
     NotFound,
@@ -133,6 +135,23 @@ const GRPC_UNAVAILABLE: i32 = 14;
 const JSONRPC_METHOD_NOT_FOUND: i64 = -32601;
 /// The MCP SDKs' request timeout; in A2A the same number is TaskNotFound.
 const MCP_REQUEST_TIMEOUT: i64 = -32001;
+/// A2A v1.0's statements about what the agent does not support: PushNotificationNotSupported,
+/// UnsupportedOperation, ContentTypeNotSupported, ExtendedAgentCardNotConfigured,
+/// VersionNotSupported. Other families give these numbers other meanings.
+const A2A_NOT_SUPPORTED: [i64; 5] = [-32003, -32004, -32005, -32007, -32009];
+/// MCP's UnsupportedProtocolVersion (revision 2026-07-28).
+const MCP_NOT_SUPPORTED: [i64; 1] = [-32022];
+
+/// Whether a JSON-RPC code says, in its family, that the operation is not supported here
+/// (DESIGN §4 row 1): `-32601` in every family, and each protocol's own codes.
+fn not_supported(family: Family, code: i64) -> bool {
+    code == JSONRPC_METHOD_NOT_FOUND
+        || match family {
+            Family::A2a => A2A_NOT_SUPPORTED.contains(&code),
+            Family::Mcp => MCP_NOT_SUPPORTED.contains(&code),
+            Family::JsonRpc | Family::Grpc | Family::Http => false,
+        }
+}
 
 /// Reduces a signal to its outcome and the reason for it. A JSON-RPC code beats an HTTP
 /// status; the rows are tried in the table's order, so the first that matches wins.
@@ -147,11 +166,8 @@ pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>)
     let grpc = signal.grpc_code.filter(|c| *c != 0);
     let mcp_timeout = family == Family::Mcp && jsonrpc == Some(MCP_REQUEST_TIMEOUT);
 
-    if jsonrpc == Some(JSONRPC_METHOD_NOT_FOUND) {
-        return (
-            Outcome::NotSupported,
-            Reason::JsonRpc(JSONRPC_METHOD_NOT_FOUND),
-        );
+    if let Some(code) = jsonrpc.filter(|c| not_supported(family, *c)) {
+        return (Outcome::NotSupported, Reason::JsonRpc(code));
     }
     if http == Some(405) {
         return (Outcome::NotSupported, Reason::Http(405));
@@ -390,6 +406,13 @@ mod tests {
             ("1' jsonrpc -32601 unread", JsonRpc, rpc(-32601), Unknown, false, Kind::UnverifiedRefusal, "jsonrpc -32601"),
             ("1' http 405 unread", Http, http(405), Yes, false, Kind::UnverifiedRefusal, "http 405"),
             ("1' grpc 12 unread", Grpc, grpc(12), Unknown, false, Kind::UnverifiedRefusal, "grpc UNIMPLEMENTED"),
+            ("1 a2a -32003", A2a, rpc(-32003), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32003"),
+            ("1 a2a -32004", A2a, rpc(-32004), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32004"),
+            ("1 a2a -32005", A2a, rpc(-32005), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32005"),
+            ("1 a2a -32007", A2a, rpc(-32007), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32007"),
+            ("1 a2a -32009", A2a, rpc(-32009), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32009"),
+            ("1 mcp -32022", Mcp, rpc(-32022), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32022"),
+            ("1' a2a -32004 unread", A2a, rpc(-32004), Unknown, false, Kind::UnverifiedRefusal, "jsonrpc -32004"),
             ("1 beats http 404", Mcp, Signal { http_status: Some(404), ..rpc(-32601) }, No, true, Kind::ProtocolNotSupported, "jsonrpc -32601"),
             // row 2 / 2': 404 undeclared
             ("2 http 404 undeclared", Http, http(404), No, true, Kind::InterfaceNotDeclared, "http 404 undeclared path"),
@@ -411,6 +434,12 @@ mod tests {
             ("5 http 404 declared", Http, http(404), Yes, true, Kind::Ambiguous, "http 404"),
             ("5 http 404 unknown", Http, http(404), Unknown, true, Kind::Ambiguous, "http 404"),
             ("5 jsonrpc -32602", Mcp, rpc(-32602), Unknown, true, Kind::Ambiguous, "jsonrpc -32602"),
+            ("5 a2a -32002 TaskNotCancelable", A2a, rpc(-32002), Unknown, true, Kind::Ambiguous, "jsonrpc -32002"),
+            ("5 a2a -32006 InvalidAgentResponse", A2a, rpc(-32006), Unknown, true, Kind::Ambiguous, "jsonrpc -32006"),
+            ("5 mcp -32020", Mcp, rpc(-32020), Unknown, true, Kind::Ambiguous, "jsonrpc -32020"),
+            ("5 mcp -32004 is not MCP's", Mcp, rpc(-32004), Unknown, true, Kind::Ambiguous, "jsonrpc -32004"),
+            ("5 jsonrpc -32004 is A2A's only", JsonRpc, rpc(-32004), Unknown, true, Kind::Ambiguous, "jsonrpc -32004"),
+            ("5 jsonrpc -32022 is MCP's only", JsonRpc, rpc(-32022), Unknown, true, Kind::Ambiguous, "jsonrpc -32022"),
             ("5 a2a -32001 is TaskNotFound", A2a, rpc(-32001), Unknown, true, Kind::Ambiguous, "jsonrpc -32001"),
             ("5 jsonrpc beats http 503", Mcp, Signal { http_status: Some(503), ..rpc(-32602) }, Unknown, true, Kind::Ambiguous, "jsonrpc -32602"),
             ("5 grpc PERMISSION_DENIED", Grpc, grpc(7), Unknown, true, Kind::Ambiguous, "grpc PERMISSION_DENIED"),
