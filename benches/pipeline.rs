@@ -13,7 +13,7 @@ use refusal_gate::classify::Kind;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::config::{Config, TrackerConfig};
 use refusal_gate::discovery::Declared;
-use refusal_gate::extract;
+use refusal_gate::extract::{self, Discovery};
 use refusal_gate::receiver::{wire, Encoding, Pipeline, Transport};
 use refusal_gate::tracker::{Event, GroupId, Observation, Tracker};
 use refusal_gate::workload;
@@ -179,7 +179,8 @@ fn observation(thread: u64, n: u64) -> Observation {
             Outcome::Ok
         },
         declared: Declared::Unknown,
-        discovery_read: false,
+        discovery: Discovery::None,
+        retry_after: None,
         trace_id: [0; 16],
         span_id: n.to_be_bytes(),
     }

@@ -9,6 +9,7 @@
 use refusal_gate::classify::Outcome;
 use refusal_gate::config::TrackerConfig;
 use refusal_gate::discovery::Declared;
+use refusal_gate::extract::Discovery;
 use refusal_gate::tracker::{GroupId, Observation, Tracker};
 
 fn rss_bytes() -> u64 {
@@ -57,7 +58,8 @@ fn main() {
                     Outcome::Other
                 },
                 declared: Declared::Unknown,
-                discovery_read: false,
+                discovery: Discovery::None,
+                retry_after: None,
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };

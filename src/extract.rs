@@ -6,9 +6,10 @@
 //! or from prost's owned types (JSON, replay). It does not classify, log, count or look at
 //! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
+use crate::classify::Outcome;
 use crate::discovery::url::{self, Origin};
 use crate::discovery::{InterfaceRef, Interfaces};
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
 
 /// An attribute value as extraction reads it, borrowed.
@@ -27,8 +28,19 @@ pub enum Val<'a> {
     Double(f64),
     /// A boolean.
     Bool(bool),
-    /// Anything else (arrays, maps, bytes, nothing).
+    /// An array: a captured HTTP header is one (see [`Val::first`]).
+    Array(Array<'a>),
+    /// Anything else (maps, bytes, nothing).
     Other,
+}
+
+/// An array value, borrowed as it came.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Array<'a> {
+    /// An `ArrayValue` message as it stands on the wire.
+    Encoded(&'a [u8]),
+    /// Decoded by prost (OTLP/JSON, replay).
+    Owned(&'a [AnyValue]),
 }
 
 impl<'a> Val<'a> {
@@ -41,12 +53,23 @@ impl<'a> Val<'a> {
         }
     }
 
-    fn of(v: Option<&'a opentelemetry_proto::tonic::common::v1::AnyValue>) -> Val<'a> {
+    /// An array's first element (`Other` when it is empty); any other value as it is. An
+    /// HTTP instrumentation records a captured header as an array of its values.
+    pub fn first(self) -> Val<'a> {
+        match self.decoded() {
+            Val::Array(Array::Owned(values)) => Val::of(values.first()),
+            Val::Array(Array::Encoded(bytes)) => crate::receiver::wire::first_element(bytes),
+            v => v,
+        }
+    }
+
+    fn of(v: Option<&'a AnyValue>) -> Val<'a> {
         match v.and_then(|v| v.value.as_ref()) {
             Some(Value::StringValue(s)) => Val::Str(s),
             Some(Value::IntValue(i)) => Val::Int(*i),
             Some(Value::DoubleValue(d)) => Val::Double(*d),
             Some(Value::BoolValue(b)) => Val::Bool(*b),
+            Some(Value::ArrayValue(a)) => Val::Array(Array::Owned(&a.values)),
             _ => Val::Other,
         }
     }
@@ -206,6 +229,9 @@ pub struct Signal<'a> {
     pub error_type: Option<&'a str>,
     /// The span's status is ERROR.
     pub status_error: bool,
+    /// The server's delay (`Retry-After`), in nanoseconds from the span's end: how long it
+    /// asked the client to wait before coming back. `None` when it said nothing parseable.
+    pub retry_after: Option<u64>,
 }
 
 /// One client span read as one attempt of a request.
@@ -272,6 +298,8 @@ struct Slots<'a> {
     tool: Option<&'a str>,
     prompt: Option<&'a str>,
     resource_uri: Option<&'a str>,
+    retry_after: Option<Val<'a>>,
+    retry_after_legacy: Option<Val<'a>>,
 }
 
 fn as_str(v: Val<'_>) -> Option<&str> {
@@ -327,6 +355,9 @@ impl<'a> Slots<'a> {
             b"gen_ai.tool.name" => self.tool = as_str(v),
             b"gen_ai.prompt.name" => self.prompt = as_str(v),
             b"mcp.resource.uri" => self.resource_uri = as_str(v),
+            b"http.response.header.retry-after" => self.retry_after = Some(v),
+            // Python's older instrumentations normalise header names with an underscore.
+            b"http.response.header.retry_after" => self.retry_after_legacy = Some(v),
             b"refusal_gate.class" => self.tagged = true,
             _ => {}
         }
@@ -494,18 +525,14 @@ pub fn extract<'a>(
             target: path.unwrap_or("/"),
             grpc: false,
         },
-        Family::Grpc => match s.rpc_service {
-            Some(service) => Operation {
-                verb: service,
-                target: s.rpc_method.unwrap_or(""),
+        Family::Grpc => {
+            let (verb, target) = grpc_operation(s.rpc_service, s.rpc_method, span.name());
+            Operation {
+                verb,
+                target,
                 grpc: true,
-            },
-            None => Operation {
-                verb: s.rpc_method.unwrap_or(span.name()),
-                target: "",
-                grpc: true,
-            },
-        },
+            }
+        }
         Family::Mcp | Family::A2a | Family::JsonRpc => {
             let method = s
                 .mcp_method
@@ -540,6 +567,10 @@ pub fn extract<'a>(
             timeout,
             error_type: s.error_type,
             status_error: span.status_error(),
+            retry_after: s
+                .retry_after
+                .or(s.retry_after_legacy)
+                .and_then(|v| server_delay(v, span.end().max(span.start()))),
         },
         resend: s.resend.is_some_and(|n| n > 0),
         tagged: s.tagged,
@@ -548,6 +579,60 @@ pub fn extract<'a>(
         trace_id: span.trace_id(),
         span_id: span.span_id(),
     })
+}
+
+/// Service and method of a gRPC attempt: `rpc.service` and `rpc.method`, or a fully
+/// qualified `rpc.method` (`package.Service/Method`, semantic conventions 1.39 and later) split
+/// in two — so that both conventions name the same operation — else the span name when it is
+/// qualified (`package.Service/Method` is what gRPC instrumentations name their spans), else
+/// the method or name alone.
+fn grpc_operation<'a>(
+    service: Option<&'a str>,
+    method: Option<&'a str>,
+    name: &'a str,
+) -> (&'a str, &'a str) {
+    let qualified = |m: &'a str| {
+        m.strip_prefix('/')
+            .unwrap_or(m)
+            .rsplit_once('/')
+            .filter(|(s, m)| !s.is_empty() && !m.is_empty())
+    };
+    if let Some(parts) = method.and_then(qualified) {
+        return parts;
+    }
+    match (service, method) {
+        (Some(service), method) => (service, method.unwrap_or("")),
+        (None, Some(method)) => (method, ""),
+        (None, None) => qualified(name).unwrap_or((name, "")),
+    }
+}
+
+/// The server's delay a captured `Retry-After` header asks for (DESIGN §3): its first value
+/// when it is an array, read by [`retry_after`] against the span's `end`.
+fn server_delay(v: Val<'_>, end: u64) -> Option<u64> {
+    match v.first() {
+        Val::Int(seconds) => u64::try_from(seconds)
+            .ok()
+            .map(|s| s.saturating_mul(1_000_000_000))
+            .filter(|d| *d > 0),
+        v => retry_after(v.as_str()?, end),
+    }
+}
+
+/// The delay a `Retry-After` value asks for, in nanoseconds after `end` (the response's
+/// time, Unix nanoseconds): delay-seconds, or an HTTP-date in any of the three formats RFC 9110
+/// (§5.6.7) has recipients accept, counted from `end`. `None` for anything else, and for a zero
+/// delay or a date not after `end` (nothing to wait for).
+pub fn retry_after(value: &str, end: u64) -> Option<u64> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // More digits than fit is a very long delay, not an error.
+        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(seconds.saturating_mul(1_000_000_000)).filter(|d| *d > 0);
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    let at = date.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some(u64::try_from(at).unwrap_or(u64::MAX).saturating_sub(end)).filter(|d| *d > 0)
 }
 
 /// The pieces of a server's origin (scheme, host, port), borrowed: the normalised
@@ -594,34 +679,113 @@ const REFLECTION_SERVICES: &[&str] = &[
     "grpc.reflection.v1alpha.ServerReflection",
 ];
 
-/// Whether a *successful* attempt read `interface`'s discovery document (DESIGN §3): a GET
-/// of a discovery path, an MCP or A2A discovery method, or gRPC server reflection. The
-/// caller decides success (class `ok`).
-pub fn reads_discovery(
+/// What an attempt did with its interface's discovery document (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Discovery {
+    /// It did not ask for it.
+    #[default]
+    None,
+    /// It asked for it (a GET of a discovery path, an MCP or A2A discovery method, gRPC
+    /// reflection) and did not get it. Still never a probe: asking is what the decision
+    /// boundary wants after a refusal.
+    Asked,
+    /// It read it: the request succeeded (a 2xx for a GET of a discovery path).
+    Read,
+}
+
+/// How `attempt`, which ended with `outcome`, used `interface`'s discovery document: a GET of
+/// a discovery path, an MCP or A2A discovery method, or gRPC server reflection; read when it
+/// succeeded (and a GET's status was 2xx).
+pub fn discovery(
     attempt: &Attempt<'_>,
+    outcome: Outcome,
     interfaces: &Interfaces,
     interface: InterfaceRef<'_>,
-) -> bool {
+) -> Discovery {
+    let read_if = |ok: bool| {
+        if ok && outcome == Outcome::Ok {
+            Discovery::Read
+        } else {
+            Discovery::Asked
+        }
+    };
     let http_get = attempt
         .http_method
         .is_some_and(|m| m.eq_ignore_ascii_case("GET"));
     if http_get
         && attempt
-            .signal
-            .http_status
-            .is_some_and(|s| (200..300).contains(&s))
-        && attempt
             .path
             .is_some_and(|p| interfaces.is_discovery_path(interface, p))
     {
-        return true;
+        return read_if(
+            attempt
+                .signal
+                .http_status
+                .is_some_and(|s| (200..300).contains(&s)),
+        );
     }
-    match attempt.family {
+    let asks = match attempt.family {
         Family::Mcp | Family::A2a => DISCOVERY_METHODS.contains(&attempt.operation.verb),
-        Family::Grpc => REFLECTION_SERVICES
-            .iter()
-            .any(|svc| attempt.operation.verb.starts_with(svc)),
+        Family::Grpc => is_reflection(attempt.operation.verb),
         Family::JsonRpc | Family::Http => false,
+    };
+    if asks {
+        read_if(true)
+    } else {
+        Discovery::None
+    }
+}
+
+/// Whether a gRPC service is server reflection.
+pub fn is_reflection(service: &str) -> bool {
+    REFLECTION_SERVICES
+        .iter()
+        .any(|svc| service.starts_with(svc))
+}
+
+/// Room for a gRPC attempt's path, `/package.Service/Method`, built without the heap
+/// ([`Attempt::path_or_grpc`]).
+pub struct GrpcPath {
+    buf: [u8; GrpcPath::MAX],
+}
+
+impl GrpcPath {
+    /// The longest path built; a longer one is taken as no path.
+    pub const MAX: usize = 256;
+
+    /// An empty buffer.
+    pub fn new() -> GrpcPath {
+        GrpcPath {
+            buf: [0; GrpcPath::MAX],
+        }
+    }
+}
+
+impl Default for GrpcPath {
+    fn default() -> GrpcPath {
+        GrpcPath::new()
+    }
+}
+
+impl<'a> Attempt<'a> {
+    /// The attempt's path (DESIGN §3): its URL's, or for a gRPC attempt without one, the
+    /// HTTP/2 path gRPC uses, `/package.Service/Method`, written into `room` (made only then:
+    /// every other attempt pays for an empty `Option`, not for a buffer).
+    pub fn path_or_grpc<'b>(&'b self, room: &'b mut Option<GrpcPath>) -> Option<&'b str> {
+        if self.path.is_some() || self.family != Family::Grpc {
+            return self.path;
+        }
+        let Operation { verb, target, .. } = self.operation;
+        let len = 2 + verb.len() + target.len();
+        if verb.is_empty() || target.is_empty() || len > GrpcPath::MAX {
+            return None;
+        }
+        let buf = &mut room.insert(GrpcPath::new()).buf[..len];
+        buf[0] = b'/';
+        buf[1..=verb.len()].copy_from_slice(verb.as_bytes());
+        buf[1 + verb.len()] = b'/';
+        buf[2 + verb.len()..].copy_from_slice(target.as_bytes());
+        std::str::from_utf8(buf).ok()
     }
 }
 
@@ -994,5 +1158,212 @@ pub(crate) mod tests {
         );
         let a = extract(client_of(&[]), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
         assert_eq!(a.client.name, "unknown_service");
+    }
+
+    /// An attribute holding an array of strings, as a captured HTTP header.
+    pub fn strings(key: &str, values: &[&str]) -> KeyValue {
+        use opentelemetry_proto::tonic::common::v1::ArrayValue;
+        KeyValue {
+            key: key.into(),
+            key_strindex: 0,
+            value: Some(AnyValue {
+                value: Some(Value::ArrayValue(ArrayValue {
+                    values: values
+                        .iter()
+                        .map(|v| AnyValue {
+                            value: Some(Value::StringValue((*v).into())),
+                        })
+                        .collect(),
+                })),
+            }),
+        }
+    }
+
+    #[test]
+    fn retry_after_is_delay_seconds_or_an_http_date_after_the_end() {
+        const S: u64 = 1_000_000_000;
+        // 2026-11-30T12:00:00.250Z: the response's end.
+        let end = 1_796_040_000 * S + S / 4;
+        let cases = [
+            ("2", Some(2 * S)),
+            (" 120 ", Some(120 * S)),
+            ("0", None),
+            ("99999999999999999999999", Some(u64::MAX)),
+            ("1.5", None),
+            ("-1", None),
+            ("soon", None),
+            ("", None),
+            // IMF-fixdate, RFC 850 and asctime: RFC 9110 has recipients take all three.
+            ("Mon, 30 Nov 2026 12:00:02 GMT", Some(2 * S - S / 4)),
+            ("Monday, 30-Nov-26 12:00:02 GMT", Some(2 * S - S / 4)),
+            ("Mon Nov 30 12:00:02 2026", Some(2 * S - S / 4)),
+            // A date already past: nothing to wait for.
+            ("Mon, 30 Nov 2026 11:59:00 GMT", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(retry_after(value, end), want, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn the_server_delay_is_read_from_a_captured_header() {
+        let r = resource();
+        let delay = |attrs: Vec<KeyValue>| {
+            let mut attrs = attrs;
+            attrs.push(s("http.request.method", "POST"));
+            let sp = span("x", attrs);
+            extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                .expect("attempt")
+                .signal
+                .retry_after
+        };
+        const S: u64 = 1_000_000_000;
+        assert_eq!(
+            delay(vec![strings(
+                "http.response.header.retry-after",
+                &["3", "9"]
+            )]),
+            Some(3 * S),
+            "the first value of the array"
+        );
+        assert_eq!(
+            delay(vec![strings("http.response.header.retry_after", &["4"])]),
+            Some(4 * S),
+            "Python's older instrumentations"
+        );
+        assert_eq!(
+            delay(vec![
+                strings("http.response.header.retry_after", &["4"]),
+                strings("http.response.header.retry-after", &["5"]),
+            ]),
+            Some(5 * S),
+            "the stable name wins"
+        );
+        assert_eq!(
+            delay(vec![s("http.response.header.retry-after", "6")]),
+            Some(6 * S)
+        );
+        assert_eq!(
+            delay(vec![i("http.response.header.retry-after", 7)]),
+            Some(7 * S)
+        );
+        assert_eq!(
+            delay(vec![strings("http.response.header.retry-after", &[])]),
+            None
+        );
+        assert_eq!(delay(vec![]), None);
+    }
+
+    #[test]
+    fn grpc_operations_read_both_conventions_alike() {
+        let r = resource();
+        let op = |attrs: Vec<KeyValue>, name: &str| {
+            let mut attrs = attrs;
+            attrs.push(s("rpc.system", "grpc"));
+            let sp = span(name, attrs);
+            let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+            let mut room = None;
+            let parts = (a.operation.verb.to_owned(), a.operation.target.to_owned());
+            (
+                parts,
+                a.operation.to_string(),
+                a.path_or_grpc(&mut room).map(str::to_owned),
+            )
+        };
+        let split = ("pkg.Svc".to_owned(), "Get".to_owned());
+        let path = Some("/pkg.Svc/Get".to_owned());
+        let cases = [
+            (
+                vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "Get")],
+                "x",
+            ),
+            (vec![s("rpc.method", "pkg.Svc/Get")], "x"),
+            (vec![s("rpc.method", "/pkg.Svc/Get")], "x"),
+            (
+                vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "pkg.Svc/Get")],
+                "x",
+            ),
+            (vec![], "pkg.Svc/Get"),
+        ];
+        for (attrs, name) in cases {
+            assert_eq!(
+                op(attrs.clone(), name),
+                (split.clone(), "pkg.Svc/Get".to_owned(), path.clone()),
+                "{attrs:?} {name}"
+            );
+        }
+        let (_, shown, path) = op(vec![s("rpc.method", "Get")], "x");
+        assert_eq!((shown.as_str(), path), ("Get", None));
+        // A URL path, when the span has one, is the path.
+        let (_, _, path) = op(
+            vec![s("rpc.method", "pkg.Svc/Get"), s("url.path", "/custom")],
+            "x",
+        );
+        assert_eq!(path.as_deref(), Some("/custom"));
+        let long = format!("pkg.{}/Get", "S".repeat(GrpcPath::MAX));
+        let (_, _, path) = op(vec![s("rpc.method", &long)], "x");
+        assert_eq!(path, None, "too long to build: no path");
+    }
+
+    #[test]
+    fn discovery_is_asked_for_whatever_the_answer_and_read_on_success() {
+        use crate::config::{InterfaceConfig, Protocol};
+        let interfaces = Interfaces::new(&[InterfaceConfig {
+            name: "a".into(),
+            protocol: Protocol::A2a,
+            url: Some("http://agent.test/a2a".into()),
+            endpoints: vec![],
+            discovery: Default::default(),
+        }]);
+        let r = resource();
+        let of = |attrs: Vec<KeyValue>| {
+            let sp = span("x", attrs);
+            let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+            let (outcome, _) = crate::classify::outcome(a.family, &a.signal);
+            let origin = a.origin.as_ref().map(Origin::as_str);
+            discovery(&a, outcome, &interfaces, interfaces.resolve(origin, a.path))
+        };
+        let get = |path: &str, status: i64| {
+            vec![
+                s("http.request.method", "GET"),
+                s("url.full", &format!("http://agent.test{path}")),
+                i("http.response.status_code", status),
+            ]
+        };
+        assert_eq!(
+            of(get("/.well-known/agent-card.json", 200)),
+            Discovery::Read
+        );
+        assert_eq!(
+            of(get("/.well-known/agent-card.json", 404)),
+            Discovery::Asked
+        );
+        assert_eq!(
+            of(get("/.well-known/agent-card.json", 304)),
+            Discovery::Asked,
+            "a read is a 2xx"
+        );
+        assert_eq!(of(get("/a2a/tasks", 200)), Discovery::None);
+        assert_eq!(
+            of(vec![s("a2a.method.name", "GetExtendedAgentCard")]),
+            Discovery::Read
+        );
+        assert_eq!(
+            of(vec![
+                s("a2a.method.name", "GetExtendedAgentCard"),
+                s("rpc.response.status_code", "-32007")
+            ]),
+            Discovery::Asked
+        );
+        assert_eq!(
+            of(vec![
+                s("rpc.system", "grpc"),
+                s(
+                    "rpc.method",
+                    "grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+                ),
+            ]),
+            Discovery::Read
+        );
     }
 }

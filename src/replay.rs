@@ -196,7 +196,7 @@ impl Report {
             ));
         }
         out.push_str(&format!(
-            "{} spans read, {} malformed lines skipped\nreads: discovery documents read (not attempts); after_ref: retries after refusal; no_disc: retries without discovery;\nafter_amb: retries after ambiguous; budget: retries past the budget; probes: probes after refusal (reported, not avoidable)\n",
+            "{} spans read, {} malformed lines skipped\nreads: discovery documents read (not attempts); after_ref: retries after refusal; no_disc: retries without discovery;\nafter_amb: retries after ambiguous; budget: retries past the budget; too_soon: retries before the server's Retry-After;\nprobes: probes after refusal (reported, not avoidable)\n",
             self.spans, self.malformed_lines
         ));
         out
@@ -209,6 +209,7 @@ fn short(v: Violation) -> &'static str {
         Violation::RetryWithoutDiscovery => "no_disc",
         Violation::RetryAfterAmbiguous => "after_amb",
         Violation::RetryBudgetExhausted => "budget",
+        Violation::RetryBeforeRetryAfter => "too_soon",
         Violation::ProbeAfterRefusal => "probes",
     }
 }

@@ -1,6 +1,7 @@
 //! Alerts and dashboards against the real servers: Prometheus scrapes refusal-gate with
-//! the shipped rules, a retry after refusal reaches Alertmanager twice over (pushed by
-//! refusal-gate and fired by the rule), and every PromQL expression of the Grafana
+//! the shipped rules, a retry after refusal and a retry before the server's Retry-After each
+//! reach Alertmanager twice over (pushed by refusal-gate and fired by the rule), and every
+//! PromQL expression of the Grafana
 //! dashboard returns data. Then the delivery rule: an Alertmanager answering 503 is retried,
 //! one answering 400 is not.
 //!
@@ -13,7 +14,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
-use common::{export, external, free_port, http_span, scrape, send, value, Reaper};
+use common::{
+    export, external, free_port, http_span, scrape, send, value, with_retry_after, Reaper,
+};
 use refusal_gate::app::Server;
 use refusal_gate::config::Config;
 use std::process::{Command, Stdio};
@@ -49,8 +52,9 @@ alerting:
 }
 
 /// The scenario: a discovery read, three refused POSTs to an undeclared path (two retries
-/// after refusal), a refusal left alone (honored once the 1 s window passes), a 429 and
-/// 503s, and one malformed span.
+/// after refusal), a refusal left alone (honored once the 1 s window passes), a 429 asking
+/// for a second's wait and a 503 100 ms later (a retry before its Retry-After), another 503,
+/// and one malformed span.
 async fn play(server: &Server) {
     let url = |p: &str| format!("{MCP}{p}");
     let spans = vec![
@@ -59,7 +63,7 @@ async fn play(server: &Server) {
         http_span(2, "POST", &url("/mcp/sse"), 404),
         http_span(3, "POST", &url("/mcp/sse"), 404),
         http_span(4, "GET", &url("/mcp"), 405),
-        http_span(5, "POST", &url("/mcp"), 429),
+        with_retry_after(http_span(5, "POST", &url("/mcp"), 429), "1"),
         http_span(6, "POST", &url("/mcp"), 503),
         http_span(7, "POST", &url("/mcp"), 503),
     ];
@@ -74,6 +78,35 @@ async fn play(server: &Server) {
         .await
         .expect("the receiver answers");
     assert_eq!(r.status(), 200);
+}
+
+/// The alert `alertname` of e2e-agent on weather-mcp as Alertmanager holds it twice: pushed by
+/// refusal-gate (no `source` label) and fired by Prometheus's rule (`source: prometheus`).
+async fn pushed_and_fired(am: &str, alertname: &str) -> (serde_json::Value, serde_json::Value) {
+    let filter = format!("filter=alertname%3D%22{alertname}%22");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let alerts = get_json(&format!("{am}/api/v2/alerts?{filter}"))
+            .await
+            .unwrap_or_default();
+        let alerts = alerts.as_array().cloned().unwrap_or_default();
+        let ours = |a: &&serde_json::Value| {
+            a["labels"]["client"] == "e2e-agent" && a["labels"]["interface"] == "weather-mcp"
+        };
+        let pushed = alerts
+            .iter()
+            .filter(ours)
+            .find(|a| a["labels"]["source"].is_null());
+        let fired = alerts
+            .iter()
+            .filter(ours)
+            .find(|a| a["labels"]["source"] == "prometheus");
+        if let (Some(p), Some(f)) = (pushed, fired) {
+            return (p.clone(), f.clone());
+        }
+        assert!(Instant::now() < deadline, "Alertmanager has {alerts:#?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 async fn get_json(url: &str) -> Option<serde_json::Value> {
@@ -188,33 +221,8 @@ alerting:
     }
     play(&server).await;
 
-    // The alert, twice over: pushed by refusal-gate, fired by the shipped rule.
-    let filter = "filter=alertname%3D%22RetryAfterAuthoritativeRefusal%22";
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (pushed, fired) = loop {
-        let alerts = get_json(&format!("{am}/api/v2/alerts?{filter}"))
-            .await
-            .unwrap_or_default();
-        let alerts = alerts.as_array().cloned().unwrap_or_default();
-        let ours = |a: &&serde_json::Value| {
-            a["labels"]["client"] == "e2e-agent" && a["labels"]["interface"] == "weather-mcp"
-        };
-        let pushed = alerts
-            .iter()
-            .filter(ours)
-            .find(|a| a["labels"]["source"].is_null())
-            .cloned();
-        let fired = alerts
-            .iter()
-            .filter(ours)
-            .find(|a| a["labels"]["source"] == "prometheus")
-            .cloned();
-        if let (Some(p), Some(f)) = (&pushed, &fired) {
-            break (p.clone(), f.clone());
-        }
-        assert!(Instant::now() < deadline, "Alertmanager has {alerts:#?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // Each alert, twice over: pushed by refusal-gate, fired by the shipped rule.
+    let (pushed, fired) = pushed_and_fired(&am, "RetryAfterAuthoritativeRefusal").await;
     assert_eq!(pushed["labels"]["severity"], "critical");
     assert_eq!(pushed["labels"]["violation"], "retry_after_refusal");
     assert_eq!(pushed["annotations"]["operation"], "POST /mcp/sse");
@@ -224,6 +232,12 @@ alerting:
     );
     assert_eq!(fired["labels"]["severity"], "critical");
     assert_eq!(fired["labels"]["violation"], "retry_after_refusal");
+    let (pushed, fired) = pushed_and_fired(&am, "RetryBeforeRetryAfter").await;
+    for alert in [&pushed, &fired] {
+        assert_eq!(alert["labels"]["severity"], "warning");
+        assert_eq!(alert["labels"]["violation"], "retry_before_retry_after");
+    }
+    assert_eq!(pushed["annotations"]["operation"], "POST /mcp");
 
     // The admin port lists it too.
     let listed = get_json(&format!("http://{}/api/v1/alerts", server.bound.admin))
@@ -235,10 +249,9 @@ alerting:
         .iter()
         .filter_map(|a| a["labels"]["alertname"].as_str())
         .collect();
-    assert!(
-        names.contains(&"RetryAfterAuthoritativeRefusal"),
-        "{listed}"
-    );
+    for name in ["RetryAfterAuthoritativeRefusal", "RetryBeforeRetryAfter"] {
+        assert!(names.contains(&name), "{listed}");
+    }
 
     // Every dashboard query returns data once a few scrapes have seen the scenario.
     let queries = dashboard_queries();
@@ -289,6 +302,17 @@ alerting:
             ]
         ),
         2.0
+    );
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_alerts_total",
+            &[
+                ("alertname", "RetryBeforeRetryAfter"),
+                ("severity", "warning")
+            ]
+        ),
+        1.0
     );
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -318,10 +318,16 @@ async fn spans_cross_two_gates_tagged_and_otherwise_unchanged() {
         string_attr(first_retry, "refusal_gate.interface"),
         Some(&Value::StringValue("weather-mcp".into()))
     );
+    // `discovery_read`: whether the client had read the document when the attempt started.
+    assert_eq!(
+        string_attr(first_retry, "refusal_gate.discovery_read"),
+        Some(&Value::BoolValue(true))
+    );
     let read = &got[&ss.spans[0].span_id].2;
     assert_eq!(
         string_attr(read, "refusal_gate.discovery_read"),
-        Some(&Value::BoolValue(true))
+        Some(&Value::BoolValue(false)),
+        "the read itself started before it had read anything"
     );
     assert_eq!(
         string_attr(read, "refusal_gate.decision"),

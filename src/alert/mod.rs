@@ -45,7 +45,7 @@ impl Severity {
 /// the metric labels, so raising an alert that is already firing copies no string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct AlertKey {
-    /// One of the five alert names.
+    /// One of the six alert names.
     pub alertname: &'static str,
     /// The `client` label.
     pub client: Arc<str>,
@@ -84,6 +84,7 @@ impl Alert {
             }
             Violation::RetryAfterAmbiguous => "retried after an ambiguous response",
             Violation::RetryBudgetExhausted => "retried past its retry budget",
+            Violation::RetryBeforeRetryAfter => "came back before the server's Retry-After",
             Violation::ProbeAfterRefusal => "probed undeclared paths after a refusal",
         };
         format!(

@@ -91,6 +91,21 @@ impl Endpoint {
         Endpoint { segments }
     }
 
+    /// The gRPC service this endpoint declares: its first segment, when it is a literal and a
+    /// method (or a template) follows it and nothing else. On an interface of another protocol
+    /// (an A2A card's gRPC binding), only a qualified `package.Service`: `/v1/{id}` of an HTTP
+    /// API declares no service `v1`.
+    fn grpc_service(&self, protocol: Protocol) -> Option<&str> {
+        match self.segments.as_slice() {
+            [Segment::Literal(service), _]
+                if protocol == Protocol::Grpc || service.contains('.') =>
+            {
+                Some(service)
+            }
+            _ => None,
+        }
+    }
+
     fn matches(&self, path: &str) -> bool {
         let mut parts = path.split('/').filter(|s| !s.is_empty());
         for segment in &self.segments {
@@ -113,6 +128,11 @@ pub struct Interfaces {
     list: Vec<Interface>,
     /// Per origin, the (interface, base path) pairs served from it, in configuration order.
     by_origin: HashMap<String, Vec<(usize, String)>>,
+    /// Per gRPC service declared (an endpoint `/package.Service/...`), the interface that
+    /// declares it; `None` when more than one does. For attempts that name no server.
+    grpc_services: HashMap<String, Option<usize>>,
+    /// The one interface of protocol `grpc`, when exactly one is configured.
+    grpc_only: Option<usize>,
 }
 
 impl Interfaces {
@@ -154,6 +174,21 @@ impl Interfaces {
                     .map(|p| format!("{}/server-card", p.trim_end_matches('/'))),
             );
             let index = registry.list.len();
+            let endpoints: Vec<Endpoint> = paths.iter().map(|p| Endpoint::parse(p)).collect();
+            for service in endpoints
+                .iter()
+                .filter_map(|e| e.grpc_service(config.protocol))
+            {
+                registry
+                    .grpc_services
+                    .entry(service.to_owned())
+                    .and_modify(|owner| {
+                        if *owner != Some(index) {
+                            *owner = None;
+                        }
+                    })
+                    .or_insert(Some(index));
+            }
             for (origin, base) in &bases {
                 registry
                     .by_origin
@@ -165,10 +200,19 @@ impl Interfaces {
                 name: config.name.clone(),
                 protocol: config.protocol,
                 bases,
-                endpoints: paths.iter().map(|p| Endpoint::parse(p)).collect(),
+                endpoints,
                 discovery_paths,
             });
         }
+        let mut grpc = registry
+            .list
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.protocol == Protocol::Grpc);
+        registry.grpc_only = match (grpc.next(), grpc.next()) {
+            (Some((only, _)), None) => Some(only),
+            _ => None,
+        };
         registry
     }
 
@@ -205,6 +249,19 @@ impl Interfaces {
             .min_by_key(|(i, base)| (std::cmp::Reverse(base.len()), *i))
             .map(|(i, _)| *i);
         InterfaceRef::Configured(best.unwrap_or(candidates[0].0))
+    }
+
+    /// The interface of a gRPC attempt that names no server (gRPC instrumentations often
+    /// record none), by its service: the configured interface that declares the service, when
+    /// exactly one does; for server reflection, which every server serves, the one configured
+    /// `grpc` interface when there is exactly one; else `unknown`.
+    pub fn resolve_grpc(&self, service: &str) -> InterfaceRef<'static> {
+        let owner = if crate::extract::is_reflection(service) {
+            self.grpc_only
+        } else {
+            self.grpc_services.get(service).copied().flatten()
+        };
+        owner.map_or(InterfaceRef::Unknown, InterfaceRef::Configured)
     }
 
     /// The name of an interface: its configured name, its origin, or `unknown`.
@@ -402,6 +459,68 @@ mod tests {
         for (interface, path, want) in cases {
             assert_eq!(r.declared(interface, path), want, "{interface:?} {path:?}");
         }
+    }
+
+    #[test]
+    fn grpc_attempts_without_a_server_go_to_the_interface_declaring_their_service() {
+        let grpc = |name: &str, url: &str, endpoints: &[&str]| InterfaceConfig {
+            protocol: Protocol::Grpc,
+            ..interface(name, url, endpoints)
+        };
+        let a2a = InterfaceConfig {
+            protocol: Protocol::A2a,
+            ..interface(
+                "agent",
+                "http://agent.test",
+                &["/a2a.v1.A2AService/{method}"],
+            )
+        };
+        let r = Interfaces::new(&[
+            grpc(
+                "weather",
+                "http://w.test:50051",
+                &["/weather.Forecast/Get", "/Greeter/Hi"],
+            ),
+            grpc(
+                "stock",
+                "http://s.test:50051",
+                &["/stock.Quotes/{m}", "/shared.S/A"],
+            ),
+            interface("api", "http://api.test", &["/v1/{id}", "/shared.S/B"]),
+            a2a,
+            interface("other", "http://o.test", &["/shared.S/C"]),
+        ]);
+        let cases = [
+            ("weather.Forecast", InterfaceRef::Configured(0)),
+            ("Greeter", InterfaceRef::Configured(0)),
+            ("stock.Quotes", InterfaceRef::Configured(1)),
+            ("a2a.v1.A2AService", InterfaceRef::Configured(3)),
+            // An HTTP API's /v1/{id} declares no gRPC service v1.
+            ("v1", InterfaceRef::Unknown),
+            // Declared by more than one: no telling which.
+            ("shared.S", InterfaceRef::Unknown),
+            ("pkg.Nobody", InterfaceRef::Unknown),
+            // Reflection: two gRPC interfaces, so none.
+            ("grpc.reflection.v1.ServerReflection", InterfaceRef::Unknown),
+        ];
+        for (service, want) in cases {
+            assert_eq!(r.resolve_grpc(service), want, "{service}");
+        }
+        let one = Interfaces::new(&[
+            grpc("weather", "http://w.test:50051", &["/weather.Forecast/Get"]),
+            interface("api", "http://api.test", &[]),
+        ]);
+        for service in [
+            "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection",
+        ] {
+            assert_eq!(one.resolve_grpc(service), InterfaceRef::Configured(0));
+        }
+        let path = Some("/weather.Forecast/GetHistory");
+        assert_eq!(
+            one.declared(InterfaceRef::Configured(0), path),
+            Declared::No
+        );
     }
 
     #[test]

@@ -86,6 +86,7 @@ pub fn question(r: proto::DecideRequest) -> Result<Question, Status> {
             timed_out: l.timed_out,
             error_type: l.error_type,
             attempt: l.attempt,
+            retry_after_ms: l.retry_after_ms,
         }),
         observe: r.observe,
     })

@@ -67,6 +67,8 @@ pub struct LastResponse {
     pub error_type: String,
     /// Which attempt in a row this was (1 for the first; 0: unknown).
     pub attempt: u32,
+    /// The server's delay (its `Retry-After`) in milliseconds; 0 when none.
+    pub retry_after_ms: u64,
 }
 
 /// One `Decide` question, as the gRPC message and the HTTP mirror's JSON carry it.
@@ -301,12 +303,19 @@ pub fn decide(
         name,
         instance: Some(q.client.service_instance_id.as_str()).filter(|i| !i.is_empty()),
     };
-    let attempt = extract::extract(client, &&span, usize::MAX).map_err(|_| {
+    let mut attempt = extract::extract(client, &&span, usize::MAX).map_err(|_| {
         Unanswerable::NotAnAttempt(match q.protocol {
             Protocol::Http => "an HTTP call needs its httpMethod",
             _ => "name the method",
         })
     })?;
+    // The server's delay as the question gives it, to the millisecond: what a span's
+    // captured Retry-After header would have said.
+    attempt.signal.retry_after = q
+        .last_response
+        .as_ref()
+        .map(|r| r.retry_after_ms.saturating_mul(1_000_000))
+        .filter(|d| *d > 0);
     let assessed = pipeline.assess(&attempt, q.last_response.is_some(), q.observe);
     let origin = attempt.origin.as_ref().map(|o| o.as_str().to_owned());
     let default_discovery = match q.protocol {
@@ -330,7 +339,7 @@ pub fn decide(
 
 /// Composes the answer from what the pipeline assessed: without a response, what the
 /// client was told last time decides; with one, its kind does, and a retry gets its backoff
-/// and budget.
+/// and budget — a backoff never shorter than the server's own delay, when it gave one.
 pub fn answer(
     last_response: Option<&LastResponse>,
     a: &Assessment,
@@ -356,6 +365,11 @@ pub fn answer(
         } else {
             let doubled = FIRST_BACKOFF.saturating_mul(1 << (n - 1).min(16));
             backoff_ms = u64::try_from(doubled.min(MAX_BACKOFF).as_millis()).unwrap_or(u64::MAX);
+            let server = last_response.map_or(0, |r| r.retry_after_ms);
+            if server > backoff_ms {
+                backoff_ms = server;
+                rule = format!("{rule}; the server asked to wait {server} ms (Retry-After)");
+            }
             retries_left = max_retries - n;
         }
     }
@@ -499,6 +513,34 @@ mod tests {
         );
         let far = answer(Some(&response(9)), &a, 64, String::new());
         assert_eq!(far.backoff_ms, 30_000, "at most 30 s");
+    }
+
+    #[test]
+    fn a_backoff_is_never_shorter_than_the_servers_delay_and_says_so() {
+        let a = assessed(Kind::Throttled, None, 1);
+        let asked = |attempt: u32, retry_after_ms: u64| {
+            let r = LastResponse {
+                attempt,
+                retry_after_ms,
+                ..LastResponse::default()
+            };
+            let answer = answer(Some(&r), &a, 3, String::new());
+            (answer.backoff_ms, answer.rule)
+        };
+        assert_eq!(
+            asked(1, 2500),
+            (
+                2500,
+                "r; the server asked to wait 2500 ms (Retry-After)".to_owned()
+            )
+        );
+        assert_eq!(asked(2, 1500), (2000, "r".to_owned()), "ours is longer");
+        assert_eq!(
+            asked(3, 90_000).0,
+            90_000,
+            "past our own cap: the server's word stands"
+        );
+        assert_eq!(asked(1, 0), (1000, "r".to_owned()));
     }
 
     #[test]

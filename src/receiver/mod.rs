@@ -15,7 +15,6 @@ use crate::alert::{Alert, AlertKey, Severity};
 use crate::classify::{self, Kind};
 use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
-use crate::discovery::url::Origin;
 use crate::discovery::{Declared, Interfaces};
 use crate::export::{Exporter, Reservation};
 use crate::extract::{self, Attempt};
@@ -534,7 +533,7 @@ struct Placed<'i> {
     declared: Declared,
     outcome: classify::Outcome,
     reason: classify::Reason<'i>,
-    discovery_read: bool,
+    discovery: extract::Discovery,
     group: GroupId,
     operation: u64,
 }
@@ -715,7 +714,8 @@ fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observatio
         end: attempt.end,
         outcome: p.outcome,
         declared: p.declared,
-        discovery_read: p.discovery_read,
+        discovery: p.discovery,
+        retry_after: attempt.signal.retry_after,
         trace_id: fixed(attempt.trace_id),
         span_id: fixed(attempt.span_id),
     }
@@ -1164,20 +1164,25 @@ impl Pipeline {
         attempt: &'i Attempt<'_>,
         client: u64,
     ) -> Placed<'i> {
-        let interface =
-            interfaces.resolve(attempt.origin.as_ref().map(Origin::as_str), attempt.path);
+        let mut room = None;
+        let path = attempt.path_or_grpc(&mut room);
+        let interface = match &attempt.origin {
+            Some(origin) => interfaces.resolve(Some(origin.as_str()), path),
+            None if attempt.family == extract::Family::Grpc => {
+                interfaces.resolve_grpc(attempt.operation.verb)
+            }
+            None => crate::discovery::InterfaceRef::Unknown,
+        };
         let interface_name = interfaces.name(interface);
-        let declared = interfaces.declared(interface, attempt.path);
+        let declared = interfaces.declared(interface, path);
         let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
-        let discovery_read = outcome == classify::Outcome::Ok
-            && extract::reads_discovery(attempt, interfaces, interface);
         Placed {
             interface,
             interface_name,
             declared,
             outcome,
             reason: classify::reason(outcome, declared, reason),
-            discovery_read,
+            discovery: extract::discovery(attempt, outcome, interfaces, interface),
             group: GroupId {
                 client,
                 interface: self.hash(interface_name),
@@ -1203,7 +1208,7 @@ impl Pipeline {
                 .last
                 .map_or(1, |(kind, n)| if kind == Kind::Ok { 1 } else { n + 1 }),
             observed: false,
-            alternatives: match attempt.path {
+            alternatives: match attempt.path_or_grpc(&mut None) {
                 Some(path) => interfaces.alternatives(p.interface, path),
                 None => Vec::new(),
             },

@@ -6,7 +6,7 @@
 //! whose framing is broken is an error for that span alone. Fields refusal-gate does not read
 //! are skipped by wire type and never validated (they are forwarded as they came).
 
-use crate::extract::{SpanView, Val};
+use crate::extract::{Array, SpanView, Val};
 
 /// Reads one base-128 varint. Hand-rolled: the hot path reads some fifty of them per span.
 #[inline]
@@ -177,6 +177,19 @@ impl<'a> Val<'a> {
     }
 }
 
+/// The first element of an `ArrayValue` message (its field 1, an `AnyValue`), read;
+/// `Other` when it has none or is broken.
+pub fn first_element(bytes: &[u8]) -> Val<'_> {
+    for f in fields(bytes) {
+        match f {
+            Ok((1, Wire::Bytes(value))) => return Val::Encoded(value).decoded(),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    Val::Other
+}
+
 /// One length-delimited field with this exact key byte.
 #[inline]
 fn length_delimited<'a>(b: &mut &'a [u8], key: u8) -> Option<&'a [u8]> {
@@ -208,6 +221,7 @@ fn any_value(bytes: &[u8]) -> Val<'_> {
             Ok((2, Wire::Varint(b))) => Val::Bool(b != 0),
             Ok((3, Wire::Varint(i))) => Val::Int(i as i64),
             Ok((4, Wire::Fixed64(d))) => Val::Double(f64::from_bits(d)),
+            Ok((5, Wire::Bytes(a))) => Val::Array(Array::Encoded(a)),
             Ok(_) => out,
             Err(_) => return Val::Other,
         };
@@ -440,6 +454,12 @@ mod tests {
                 }),
                 ..Default::default()
             });
+        owned
+            .attributes
+            .push(crate::extract::tests::strings("h", &["3", "x"]));
+        owned
+            .attributes
+            .push(crate::extract::tests::strings("empty", &[]));
         owned.events.push(Event {
             name: "exception".into(),
             attributes: vec![s("exception.type", "ReadTimeout")],
@@ -463,12 +483,11 @@ mod tests {
         let collect = |v: &dyn SpanView<'_>| {
             let mut out = Vec::new();
             v.attributes(usize::MAX, &mut |k, val| {
-                out.push(format!(
-                    "{}={:?}",
-                    String::from_utf8_lossy(k),
-                    val.as_str()
-                        .map_or(format!("{:?}", val.decoded()), str::to_owned)
-                ))
+                let shown = match val.decoded() {
+                    Val::Array(_) => format!("array, first {:?}", val.first().as_str()),
+                    d => val.as_str().map_or(format!("{d:?}"), str::to_owned),
+                };
+                out.push(format!("{}={shown}", String::from_utf8_lossy(k)))
             });
             v.exception_types(&mut |t| {
                 out.push(format!("exception {t}"));
@@ -477,7 +496,8 @@ mod tests {
             out
         };
         assert_eq!(collect(&wire), collect(&&owned));
-        assert_eq!(collect(&wire).len(), 5);
+        assert_eq!(collect(&wire).len(), 7);
+        assert!(collect(&wire).contains(&"h=array, first Some(\"3\")".to_owned()));
     }
 
     #[test]

@@ -11,11 +11,10 @@
 use super::{Event, Judgement, Nanos, Observation, Params, Violation};
 use crate::classify::{self, Class, Kind, Outcome};
 use crate::discovery::Declared;
+use crate::extract::Discovery;
 use foldhash::HashMap;
 use std::sync::Arc;
 
-/// Discovery-read end times kept per group, beyond the first (which is always kept).
-const READS_KEPT: usize = 16;
 /// Refusal end times kept per group, for probes.
 const REFUSALS_KEPT: usize = 32;
 /// The longest operation name a key keeps for alerts, in bytes.
@@ -24,8 +23,8 @@ pub const OPERATION_MAX: usize = 64;
 /// what bounds memory when one key is flooded within a reorder window.
 const MAX_PENDING_PER_KEY: usize = 32;
 
-/// One attempt in a key's history: 48 bytes, the flags packed into one byte (a test
-/// keeps it so; it is most of a key's memory).
+/// One attempt in a key's history: 48 bytes, the flags packed into one byte and the
+/// server's delay into two (a test keeps it so; it is most of a key's memory).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Entry {
     start: Nanos,
@@ -37,12 +36,49 @@ struct Entry {
     violation: Option<Violation>,
     flags: u8,
     attempt: u16,
+    /// The server's delay (`Retry-After`); written by versions that read it.
+    #[serde(default)]
+    delay: Delay,
+}
+
+/// The server's delay of an attempt in two bytes: milliseconds as a 12-bit mantissa and a
+/// 4-bit exponent (`m << e` ms). Exact to 4.095 s, then rounded down by less than 1 part in
+/// 2,048; at most about 37 hours (a longer delay is kept as that). Rounding down errs on the
+/// client's side: a retry is never judged too early for a delay the server did not ask for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Delay(u16);
+
+impl Delay {
+    const MANTISSA: u64 = 0xfff;
+    const MAX_EXPONENT: u32 = 15;
+
+    /// `nanos` (none: no delay) kept to the millisecond, as described above.
+    #[inline]
+    pub(super) fn of(nanos: Option<Nanos>) -> Delay {
+        let Some(nanos) = nanos else {
+            return Delay(0);
+        };
+        let ms = nanos / 1_000_000;
+        let exponent = (u64::BITS - ms.leading_zeros()).saturating_sub(12);
+        if exponent > Delay::MAX_EXPONENT {
+            return Delay((Delay::MAX_EXPONENT << 12) as u16 | Delay::MANTISSA as u16);
+        }
+        Delay((exponent << 12) as u16 | (ms >> exponent) as u16)
+    }
+
+    /// The delay in nanoseconds; 0 for none.
+    pub(super) fn nanos(self) -> Nanos {
+        let mantissa = u64::from(self.0) & Delay::MANTISSA;
+        (mantissa << (self.0 >> 12)) * 1_000_000
+    }
 }
 
 /// The path is declared `no`.
 const DECLARED_NO: u8 = 1;
 /// It read the interface's discovery document.
 const READ: u8 = 2;
+/// It asked for the interface's discovery document (read it or not): never a probe.
+const ASKED: u8 = 16;
 /// Its verdict is final and counted.
 const SETTLED: u8 = 4;
 /// As a refusal, it has been judged honored or not.
@@ -78,11 +114,12 @@ struct Tail {
     /// The history is not empty, and each attempt in it ended no later than the next one
     /// did: so every one ended by the time an attempt that starts after the last ended.
     ordered: bool,
-    /// The latest attempt's times, kind and number in its row of failures.
+    /// The latest attempt's times, kind, number in its row of failures and server's delay.
     start: Nanos,
     end: Nanos,
     kind: Kind,
     attempt: u16,
+    delay: Delay,
     /// How many of the latest attempts in a row failed transient or throttled (saturating).
     retryable_run: u16,
 }
@@ -95,6 +132,7 @@ impl Tail {
         end: 0,
         kind: Kind::Ok,
         attempt: 0,
+        delay: Delay(0),
         retryable_run: 0,
     };
 
@@ -114,6 +152,7 @@ impl Tail {
             end: last.end,
             kind: last.kind,
             attempt: last.attempt,
+            delay: last.delay,
             retryable_run: u16::try_from(run).unwrap_or(u16::MAX),
         }
     }
@@ -140,6 +179,7 @@ impl Tail {
         self.end = a.end;
         self.kind = a.kind;
         self.attempt = a.attempt;
+        self.delay = a.delay;
     }
 }
 
@@ -181,10 +221,9 @@ impl Key {
 /// The discovery reads and refusals of a group.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 struct Lists {
-    /// The earliest discovery read's end: "has read" is `first_read <= start`.
+    /// The earliest discovery read's end: "had read before A" is `first_read <= A.start`,
+    /// which is all the decision table and the violations ask of reads.
     first_read: Option<Nanos>,
-    /// The latest discovery reads' ends, sorted.
-    reads: Vec<Nanos>,
     /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
     refusals: Vec<Nanos>,
 }
@@ -253,14 +292,9 @@ impl Group {
         let mut group = Group::new(labels);
         group.lists = state.lists;
         // Sorted ascending: the latest are kept.
-        for (list, cap) in [
-            (&mut group.lists.reads, READS_KEPT),
-            (&mut group.lists.refusals, REFUSALS_KEPT),
-        ] {
-            list.sort_unstable();
-            let excess = list.len().saturating_sub(cap);
-            list.drain(..excess);
-        }
+        let refusals = &mut group.lists.refusals;
+        refusals.sort_unstable();
+        refusals.drain(..refusals.len().saturating_sub(REFUSALS_KEPT));
         let mut keys = state.keys;
         keys.sort_by_key(|k| std::cmp::Reverse(k.last_seen));
         for k in keys.into_iter().take(room) {
@@ -314,6 +348,7 @@ impl Group {
         p: &Params,
         out: &mut Vec<Event>,
     ) -> Option<Option<Judgement>> {
+        let read = obs.discovery == Discovery::Read;
         let entry = Entry {
             start: obs.start,
             end: obs.end,
@@ -322,16 +357,16 @@ impl Group {
             outcome: obs.outcome,
             kind: Kind::Ok,
             violation: None,
-            flags: if obs.declared == Declared::No {
-                DECLARED_NO
-            } else {
-                0
-            } | if obs.outcome == Outcome::Ok && obs.discovery_read {
-                READ
-            } else {
-                0
+            flags: match obs.declared {
+                Declared::No => DECLARED_NO,
+                _ => 0,
+            } | match obs.discovery {
+                Discovery::Read => READ | ASKED,
+                Discovery::Asked => ASKED,
+                Discovery::None => 0,
             },
             attempt: 1,
+            delay: Delay::of(obs.retry_after),
         };
         let key = self.keys.get_mut(&obs.operation)?;
         key.last_seen = key.last_seen.max(now);
@@ -354,11 +389,9 @@ impl Group {
             at
         };
 
-        let read = obs.outcome == Outcome::Ok && obs.discovery_read;
         let lists = &mut self.lists;
         if read {
             lists.first_read = Some(lists.first_read.map_or(obs.end, |f| f.min(obs.end)));
-            insert_bounded(&mut lists.reads, obs.end, READS_KEPT);
         }
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         if refusal {
@@ -389,7 +422,14 @@ impl Group {
         } else {
             key.history.insert(at, entry);
             key.settled_prefix = key.settled_prefix.min(at as u32);
-            rejudge(&self.lists, key, at, p);
+            // A read or a refusal reaches every attempt that started when it ended or later:
+            // of no length, it can stand after some of them in order.
+            let first = if read || refusal {
+                at.min(key.history.partition_point(|e| e.start < obs.end))
+            } else {
+                at
+            };
+            rejudge(&self.lists, key, first, p);
             key.tail = Tail::of(&key.history);
             // Re-judging changes verdicts, never positions: the attempt is still at `at`.
             let e = &key.history[at];
@@ -399,7 +439,7 @@ impl Group {
             kind,
             violation,
             attempt: u32::from(attempt),
-            discovery_read: read,
+            discovery_read: self.lists.read_before(obs.start),
         };
         self.pending -= trim_key(key, self.labels, now, p, out);
         if others_affected {
@@ -418,7 +458,7 @@ impl Group {
     /// The group's read state at `at` and the latest attempt of `operation`.
     pub(super) fn peek(&self, operation: u64, at: Nanos) -> super::Peek {
         super::Peek {
-            read_before: self.lists.first_read.is_some_and(|r| r <= at),
+            read_before: self.lists.read_before(at),
             last: self
                 .keys
                 .get(&operation)
@@ -507,7 +547,12 @@ impl Lists {
         let pred = history[..i].iter().rev().find(|e| e.end <= a.start);
         self.verdict(
             a,
-            pred.map(|e| (e.kind, e.attempt, e.end)),
+            pred.map(|e| Predecessor {
+                kind: e.kind,
+                attempt: e.attempt,
+                end: e.end,
+                delay: e.delay,
+            }),
             || budget_exhausted(history, i, p),
             p,
         )
@@ -518,62 +563,86 @@ impl Lists {
     fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> (Kind, Option<Violation>, u16) {
         self.verdict(
             a,
-            Some((tail.kind, tail.attempt, tail.end)),
+            Some(Predecessor {
+                kind: tail.kind,
+                attempt: tail.attempt,
+                end: tail.end,
+                delay: tail.delay,
+            }),
             || usize::from(tail.retryable_run) > p.max_retries as usize,
             p,
         )
     }
 
-    /// The decision table of DESIGN §5 for `a`, given its predecessor on the key (kind,
-    /// number in its row, end) and whether the retry budget was spent before it.
+    /// The client had read the discovery document by `at`: a read ended no later.
+    fn read_before(&self, at: Nanos) -> bool {
+        self.first_read.is_some_and(|r| r <= at)
+    }
+
+    /// The decision table of DESIGN §5 for `a`, given its predecessor on the key and
+    /// whether the retry budget was spent before it.
     fn verdict(
         &self,
         a: &Entry,
-        pred: Option<(Kind, u16, Nanos)>,
+        pred: Option<Predecessor>,
         budget_spent: impl FnOnce() -> bool,
         p: &Params,
     ) -> (Kind, Option<Violation>, u16) {
-        let read_before = self.first_read.is_some_and(|r| r <= a.start);
+        let read_before = self.read_before(a.start);
         let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
-        let Some((pred_kind, pred_attempt, pred_end)) = pred else {
+        let Some(pred) = pred else {
             return (kind, self.probe(a, p), 1);
         };
-        let attempt = if pred_kind == Kind::Ok {
+        let attempt = if pred.kind == Kind::Ok {
             1
         } else {
-            pred_attempt.saturating_add(1)
+            pred.attempt.saturating_add(1)
         };
-        let violation = if pred_kind.class() == Class::Refusal {
+        let violation = if pred.kind.class() == Class::Refusal {
             Some(Violation::RetryAfterRefusal)
-        } else if pred_kind == Kind::UnverifiedRefusal && !self.read_between(pred_end, a.start) {
+        } else if pred.kind == Kind::UnverifiedRefusal && !read_before {
+            // A read that ended while the refused attempt was in flight counts too.
             Some(Violation::RetryWithoutDiscovery)
-        } else if pred_kind == Kind::Ambiguous {
+        } else if pred.kind == Kind::Ambiguous {
             Some(Violation::RetryAfterAmbiguous)
         } else if budget_spent() {
             Some(Violation::RetryBudgetExhausted)
+        } else if pred.kind.class().is_retryable_failure()
+            && a.start < pred.end.saturating_add(pred.delay.nanos())
+        {
+            Some(Violation::RetryBeforeRetryAfter)
         } else {
             self.probe(a, p)
         };
         (kind, violation, attempt)
     }
 
-    fn read_between(&self, after: Nanos, until: Nanos) -> bool {
-        let from = self.reads.partition_point(|r| *r <= after);
-        self.reads.get(from).is_some_and(|r| *r <= until)
-    }
-
-    /// A asks for an undeclared path within `probe_window` after a refusal's end.
+    /// A asks for an undeclared path within `probe_window` after a refusal's end, and is
+    /// not a request for the discovery document (what the boundary asks for after one).
     fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
-        if !a.has(DECLARED_NO) {
+        if !a.has(DECLARED_NO) || a.has(ASKED) {
             return None;
         }
         let after = a.start.saturating_sub(p.probe_window);
         let from = self.refusals.partition_point(|r| *r < after);
+        // A refusal that took no time ends where it starts: it is not a probe after itself.
+        let own = classify::is_refusal_signal(a.outcome, Declared::No) && a.end == a.start;
+        let needed = 1 + usize::from(own);
         self.refusals
-            .get(from)
+            .get(from + needed - 1)
             .filter(|r| **r <= a.start)
             .map(|_| Violation::ProbeAfterRefusal)
     }
+}
+
+/// What the verdict of an attempt needs of its predecessor on the key.
+struct Predecessor {
+    kind: Kind,
+    /// Its number in its row of failures.
+    attempt: u16,
+    end: Nanos,
+    /// The server's delay it carried.
+    delay: Delay,
 }
 
 /// The latest `max_retries + 1` attempts before A all failed transient or throttled.
@@ -689,8 +758,36 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::Delay;
+
     #[test]
     fn an_entry_is_48_bytes() {
         assert_eq!(std::mem::size_of::<super::Entry>(), 48);
+    }
+
+    #[test]
+    fn a_delay_is_kept_to_the_millisecond_then_rounded_down_by_less_than_a_2048th() {
+        const MS: u64 = 1_000_000;
+        assert_eq!(Delay::of(None).nanos(), 0);
+        assert_eq!(
+            Delay::of(Some(MS - 1)).nanos(),
+            0,
+            "under a millisecond: none"
+        );
+        for ms in [1, 2, 999, 1000, 1500, 4095, 4096, 60_000, 86_400_000] {
+            let kept = Delay::of(Some(ms * MS + 123)).nanos() / MS;
+            assert!(
+                kept <= ms && (ms - kept) * 2048 < ms.max(2048),
+                "{ms} ms kept as {kept}"
+            );
+        }
+        assert_eq!(
+            Delay::of(Some(4095 * MS)).nanos(),
+            4095 * MS,
+            "exact to 4.095 s"
+        );
+        let longest = Delay::of(Some(u64::MAX)).nanos();
+        assert_eq!(longest, (4095 << 15) * MS, "at most about 37 hours");
+        assert_eq!(Delay::of(Some(longest)).nanos(), longest);
     }
 }

@@ -19,6 +19,7 @@ use crate::classify::Kind;
 use crate::classify::Outcome;
 use crate::config::TrackerConfig;
 use crate::discovery::Declared;
+use crate::extract::Discovery;
 use foldhash::HashMap;
 use group::Group;
 use std::fmt::Display;
@@ -44,17 +45,20 @@ pub enum Violation {
     RetryAfterAmbiguous,
     /// Retried past `max_retries` transient or throttled failures.
     RetryBudgetExhausted,
+    /// Came back sooner than the server's `Retry-After` asked.
+    RetryBeforeRetryAfter,
     /// Asked for another undeclared path soon after a refusal.
     ProbeAfterRefusal,
 }
 
 impl Violation {
     /// Every violation, in priority order.
-    pub const ALL: [Violation; 5] = [
+    pub const ALL: [Violation; 6] = [
         Violation::RetryAfterRefusal,
         Violation::RetryWithoutDiscovery,
         Violation::RetryAfterAmbiguous,
         Violation::RetryBudgetExhausted,
+        Violation::RetryBeforeRetryAfter,
         Violation::ProbeAfterRefusal,
     ];
 
@@ -65,6 +69,7 @@ impl Violation {
             Violation::RetryWithoutDiscovery => "retry_without_discovery",
             Violation::RetryAfterAmbiguous => "retry_after_ambiguous",
             Violation::RetryBudgetExhausted => "retry_budget_exhausted",
+            Violation::RetryBeforeRetryAfter => "retry_before_retry_after",
             Violation::ProbeAfterRefusal => "probe_after_refusal",
         }
     }
@@ -76,6 +81,7 @@ impl Violation {
             Violation::RetryWithoutDiscovery => "RetryWithoutDiscovery",
             Violation::RetryAfterAmbiguous => "RetryAfterAmbiguousResponse",
             Violation::RetryBudgetExhausted => "RetryBudgetExhausted",
+            Violation::RetryBeforeRetryAfter => "RetryBeforeRetryAfter",
             Violation::ProbeAfterRefusal => "ProbingAfterRefusal",
         }
     }
@@ -114,8 +120,10 @@ pub struct Observation {
     pub outcome: Outcome,
     /// Whether the interface declares the path.
     pub declared: Declared,
-    /// Whether the attempt, if it succeeded, read the interface's discovery document.
-    pub discovery_read: bool,
+    /// Whether the attempt asked for, or read, the interface's discovery document.
+    pub discovery: Discovery,
+    /// The server's delay (`Retry-After`) in nanoseconds from `end`, when it gave one.
+    pub retry_after: Option<Nanos>,
     /// The span's trace id.
     pub trace_id: [u8; 16],
     /// The span's id.
@@ -132,7 +140,8 @@ pub struct Judgement {
     pub violation: Option<Violation>,
     /// 1 for a first attempt, n for the n-th in a row of failures on its key.
     pub attempt: u32,
-    /// Whether it read the interface's discovery document.
+    /// Whether the client had read the interface's discovery document when it started:
+    /// the fact the decision table's rows 1 and 2 turn on.
     pub discovery_read: bool,
 }
 

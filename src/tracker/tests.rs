@@ -2,6 +2,7 @@
 //! tests for the invariants of DESIGN §5. Time is a parameter; nothing sleeps.
 
 use super::*;
+use crate::classify::{self, Class};
 use crate::config::TrackerConfig;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -39,7 +40,8 @@ fn at(op: u64, start_ms: u64) -> A {
         end: T0 + (start_ms + 20) * MS,
         outcome: Outcome::Ok,
         declared: Declared::Unknown,
-        discovery_read: false,
+        discovery: Discovery::None,
+        retry_after: None,
         trace_id: [7; 16],
         span_id: (op * 1_000_003 + start_ms).to_be_bytes(),
     })
@@ -48,14 +50,21 @@ fn at(op: u64, start_ms: u64) -> A {
 impl A {
     fn fails(mut self, outcome: Outcome) -> A {
         self.0.outcome = outcome;
+        self.0.discovery = asked(self.0.discovery != Discovery::None, outcome);
         self
     }
     fn undeclared(mut self) -> A {
         self.0.declared = Declared::No;
         self
     }
+    /// A request for the discovery document: a read unless it fails.
     fn read(mut self) -> A {
-        self.0.discovery_read = true;
+        self.0.discovery = asked(true, self.0.outcome);
+        self
+    }
+    /// The server asked to wait this long after the end.
+    fn retry_after_ms(mut self, ms: u64) -> A {
+        self.0.retry_after = Some(ms * MS);
         self
     }
     fn lasting(mut self, ms: u64) -> A {
@@ -66,6 +75,16 @@ impl A {
         self.0.group.client = client;
         self.0.labels = client as u32;
         self
+    }
+}
+
+/// What a request for the discovery document (or any other, when not `asks`) that ended with
+/// `outcome` did with it.
+fn asked(asks: bool, outcome: Outcome) -> Discovery {
+    match (asks, outcome) {
+        (false, _) => Discovery::None,
+        (true, Outcome::Ok) => Discovery::Read,
+        (true, _) => Discovery::Asked,
     }
 }
 
@@ -195,6 +214,151 @@ fn a_read_that_ends_after_the_retry_started_does_not_count() {
         at(1, 200).fails(Outcome::NotSupported),
     ]);
     assert_eq!(c.violations, v("retry_without_discovery", 1));
+}
+
+#[test]
+fn a_read_that_ends_while_the_refused_attempt_is_in_flight_informs_the_retry() {
+    // The read ends with the refused attempt, or inside it: either way before the retry.
+    for (read, read_at) in [(at(0, 0).read(), 0), (at(0, 5).read().lasting(10), 5)] {
+        let mut want = vec![
+            (0, None),
+            (read_at, None),
+            (40, None),
+            (80, Some("retry_after_refusal")),
+        ];
+        want.sort();
+        let attempts = [
+            at(1, 0).fails(Outcome::NotSupported),
+            read,
+            at(1, 40).fails(Outcome::NotSupported),
+            at(1, 80).fails(Outcome::NotSupported),
+        ];
+        assert_eq!(violations(&attempts), want);
+        assert_eq!(run(&attempts).kinds["protocol_not_supported"], 2);
+    }
+}
+
+#[test]
+fn a_discovery_read_after_a_refusal_is_never_a_probe() {
+    // Its path is a discovery path, which no interface declares: but reading the document
+    // after a refusal is what the boundary asks for. So is asking for it and not getting it.
+    assert_eq!(
+        violations(&[
+            at(1, 0).fails(Outcome::NotFound).undeclared(),
+            at(0, 100).read().undeclared(),
+            at(2, 200).fails(Outcome::NotFound).undeclared(),
+            at(0, 300).read().undeclared(),
+            at(5, 400).read().undeclared().fails(Outcome::NotFound),
+        ]),
+        vec![
+            (0, None),
+            (100, None),
+            (200, Some("probe_after_refusal")),
+            (300, None),
+            (400, None)
+        ]
+    );
+}
+
+#[test]
+fn retry_before_retry_after_and_its_edge() {
+    // Throttled at 0..20 ms with Retry-After 1 s: back at 1,020 ms at the earliest.
+    let back = |start: u64| {
+        run(&[
+            at(1, 0).fails(Outcome::Throttled).retry_after_ms(1000),
+            at(1, start),
+        ])
+        .violations
+    };
+    assert_eq!(back(500), v("retry_before_retry_after", 1));
+    assert_eq!(back(1019), v("retry_before_retry_after", 1));
+    assert!(back(1020).is_empty());
+    // Only the predecessor's delay counts, and only after a transient or throttled failure.
+    assert_eq!(
+        violations(&[
+            at(1, 0).fails(Outcome::Transient).retry_after_ms(1000),
+            at(1, 100).fails(Outcome::Transient),
+            at(1, 200),
+        ]),
+        vec![
+            (0, None),
+            (100, Some("retry_before_retry_after")),
+            (200, None)
+        ]
+    );
+    assert!(run(&[at(1, 0).retry_after_ms(1000), at(1, 100)])
+        .violations
+        .is_empty());
+    assert_eq!(
+        run(&[
+            at(1, 0).fails(Outcome::Other).retry_after_ms(1000),
+            at(1, 100),
+        ])
+        .violations,
+        v("retry_after_ambiguous", 1)
+    );
+    // Each key has its own delay: another operation may go ahead.
+    assert!(run(&[
+        at(1, 0).fails(Outcome::Throttled).retry_after_ms(1000),
+        at(2, 100),
+    ])
+    .violations
+    .is_empty());
+}
+
+#[test]
+fn priority_budget_beats_retry_before_retry_after_which_beats_probe() {
+    let mut attempts: Vec<A> = (0..4)
+        .map(|i| {
+            at(1, i * 1000)
+                .fails(Outcome::Transient)
+                .retry_after_ms(900)
+                .undeclared()
+        })
+        .collect();
+    attempts.push(at(1, 3500).undeclared());
+    assert_eq!(
+        violations(&attempts).last(),
+        Some(&(3500, Some("retry_budget_exhausted")))
+    );
+    assert_eq!(
+        violations(&[
+            at(2, 0).fails(Outcome::NotFound).undeclared(),
+            at(1, 100)
+                .fails(Outcome::Throttled)
+                .retry_after_ms(500)
+                .undeclared(),
+            at(1, 200).undeclared(),
+        ]),
+        vec![
+            (0, None),
+            (100, Some("probe_after_refusal")),
+            (200, Some("retry_before_retry_after"))
+        ]
+    );
+}
+
+#[test]
+fn the_tag_says_whether_the_client_had_read_the_document_before() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let mut judge = |a: A| {
+        tracker
+            .observe(a.0.end, &a.0, &"op", &mut events)
+            .expect("new")
+    };
+    let refused = judge(at(1, 0).fails(Outcome::NotSupported));
+    let read = judge(at(0, 100).read());
+    let informed = judge(at(1, 200).fails(Outcome::NotSupported));
+    assert_eq!(
+        (
+            refused.discovery_read,
+            read.discovery_read,
+            informed.discovery_read
+        ),
+        (false, false, true)
+    );
+    assert_eq!(informed.kind, Kind::ProtocolNotSupported);
 }
 
 #[test]
@@ -563,7 +727,7 @@ fn attempt(client: u64) -> impl Strategy<Value = Observation> {
             .lasting(dur)
             .fails(outcome)
             .0;
-        a.discovery_read = op == 0;
+        a.discovery = asked(op == 0, outcome);
         a.declared = if op == 3 { Declared::Yes } else { Declared::No };
         a
     })
@@ -728,4 +892,251 @@ fn a_flooded_key_stays_bounded_and_loses_nothing() {
     assert!(early >= 2000 - 32 - 5, "settled early: {early}");
     tracker.finish(&mut events);
     assert_eq!(tally(&events).counted, 2000);
+}
+
+// --- the contract, read on its own ------------------------------------------------------
+
+/// DESIGN §4–§5 read straight from the text, over the whole set of attempts at once: no
+/// history bounds, no arrival order, no fast path, nothing shared with the tracker but the
+/// decision table of §4. Per span id: (kind, violation, read); and refusals honored per client.
+type Verdicts = (
+    BTreeMap<[u8; 8], (Kind, Option<Violation>, bool)>,
+    BTreeMap<u32, u32>,
+);
+
+fn contract(all: &[Observation], max_retries: u32, window: Nanos) -> Verdicts {
+    let order = |o: &Observation| (o.start, o.end, o.span_id);
+    let same_key = |a: &Observation, b: &Observation| {
+        a.group == b.group && a.operation == b.operation && a.span_id != b.span_id
+    };
+    // B is before A: it ended no later than A started (of two attempts of no length at the
+    // same instant, each of which ended when the other started, the one earlier in order).
+    let before = |b: &Observation, a: &Observation| {
+        same_key(a, b) && b.end <= a.start && order(b) < order(a)
+    };
+    let read_before = |a: &Observation| {
+        all.iter()
+            .any(|r| r.group == a.group && r.discovery == Discovery::Read && r.end <= a.start)
+    };
+    let declared = |a: &Observation| match a.declared {
+        Declared::No => Declared::No,
+        _ => Declared::Unknown,
+    };
+    let kind = |a: &Observation| classify::classify(a.outcome, declared(a), read_before(a)).kind;
+    let earlier = |a: &Observation| {
+        let mut e: Vec<&Observation> = all.iter().filter(|b| before(b, a)).collect();
+        e.sort_by_key(|b| std::cmp::Reverse(order(b)));
+        e
+    };
+    let mut out = BTreeMap::new();
+    for a in all {
+        let earlier = earlier(a);
+        let pred = earlier.first();
+        let read = read_before(a);
+        let budget = earlier.len() > max_retries as usize
+            && earlier[..=max_retries as usize]
+                .iter()
+                .all(|b| kind(b).class().is_retryable_failure());
+        let probe = a.declared == Declared::No
+            && a.discovery == Discovery::None
+            && all.iter().any(|r| {
+                r.group == a.group
+                    && r.span_id != a.span_id
+                    && classify::is_refusal_signal(r.outcome, r.declared)
+                    && r.end <= a.start
+                    && a.start <= r.end + window
+            });
+        let violation = match pred {
+            Some(b) if kind(b).class() == Class::Refusal => Some(Violation::RetryAfterRefusal),
+            Some(b) if kind(b) == Kind::UnverifiedRefusal && !read => {
+                Some(Violation::RetryWithoutDiscovery)
+            }
+            Some(b) if kind(b) == Kind::Ambiguous => Some(Violation::RetryAfterAmbiguous),
+            Some(_) if budget => Some(Violation::RetryBudgetExhausted),
+            Some(b)
+                if kind(b).class().is_retryable_failure()
+                    && b.retry_after.is_some_and(|d| a.start < b.end + d) =>
+            {
+                Some(Violation::RetryBeforeRetryAfter)
+            }
+            _ if probe => Some(Violation::ProbeAfterRefusal),
+            _ => None,
+        };
+        out.insert(
+            a.span_id,
+            (kind(a), violation, a.discovery == Discovery::Read),
+        );
+    }
+    let mut honored = BTreeMap::new();
+    for r in all.iter().filter(|r| kind(r).class() == Class::Refusal) {
+        let followed = all
+            .iter()
+            .any(|f| same_key(r, f) && f.start >= r.end && f.start <= r.end + window);
+        if !followed {
+            *honored.entry(r.labels).or_default() += 1;
+        }
+    }
+    (out, honored)
+}
+
+/// What the tracker counted: the same shape as [`contract`]'s.
+fn counted(events: &[Event]) -> Verdicts {
+    let (mut verdicts, mut honored) = (BTreeMap::new(), BTreeMap::new());
+    for e in events {
+        match e {
+            Event::Counted {
+                kind,
+                violation,
+                discovery_read,
+                span_id,
+                ..
+            } => {
+                let again = verdicts.insert(*span_id, (*kind, *violation, *discovery_read));
+                assert!(again.is_none(), "counted twice");
+            }
+            Event::Honored { labels } => *honored.entry(*labels).or_default() += 1,
+            Event::Evicted { .. } => {}
+        }
+    }
+    (verdicts, honored)
+}
+
+const RACE_WINDOW_MS: u64 = 150;
+
+fn race_config() -> TrackerConfig {
+    TrackerConfig {
+        max_retries: 2,
+        probe_window: Duration::from_millis(RACE_WINDOW_MS),
+        ..config()
+    }
+}
+
+/// An attempt with times on a coarse grid, so that starts and ends tie often: op 0 asks for
+/// the discovery document, ops 1 and 2 are undeclared paths, op 3 is declared. Throttled and
+/// transient failures often carry a server's delay (values the tracker keeps exactly).
+fn racing_attempt(client: u64) -> impl Strategy<Value = Observation> {
+    (
+        0..4u64,
+        0..40u64,
+        prop_oneof![1 => Just(0u64), 6 => 1..6u64],
+        outcome(),
+        prop::option::of(prop_oneof![Just(10u64), Just(50), Just(120), Just(400)]),
+    )
+        .prop_map(move |(op, slot, dur, outcome, delay)| {
+            let mut a = at(op, slot * 10)
+                .client(client)
+                .lasting(dur * 10)
+                .fails(outcome)
+                .0;
+            a.discovery = asked(op == 0, outcome);
+            a.declared = if op == 3 { Declared::Yes } else { Declared::No };
+            a.retry_after = delay.map(|ms| ms * MS);
+            a
+        })
+}
+
+/// Streams of up to three clients whose attempts start and end together and overlap.
+fn racing_stream() -> impl Strategy<Value = Vec<Observation>> {
+    prop::collection::vec(racing_attempt(1), 0..20)
+        .prop_flat_map(|a| {
+            (
+                Just(a),
+                prop::collection::vec(racing_attempt(2), 0..12),
+                prop::collection::vec(racing_attempt(3), 0..12),
+            )
+        })
+        .prop_map(|(a, b, c)| {
+            let mut all: Vec<Observation> = a.into_iter().chain(b).chain(c).collect();
+            for (i, o) in all.iter_mut().enumerate() {
+                o.span_id = (i as u64).to_be_bytes();
+            }
+            all
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The contract's rule: arrival order and batching never change a verdict. The tracker
+    /// fed in start order, shuffled one at a time across requests, and shuffled in batches
+    /// ([`Tracker::observe_all`]) counts every attempt with exactly the kind and violation
+    /// (all six, the server's delay among them), and the honored refusals, that the
+    /// contract read on its own gives — with concurrent attempts, tied starts and ends, and
+    /// attempts of no length.
+    #[test]
+    fn verdicts_follow_the_contract_in_any_arrival_order(
+        stream in racing_stream(),
+        seed in any::<u64>(),
+        batch in 1..24usize,
+    ) {
+        let cfg = race_config();
+        let want = contract(&stream, cfg.max_retries, RACE_WINDOW_MS * MS);
+        let mut in_order = stream.clone();
+        in_order.sort_by_key(|o| (o.start, o.end));
+        let mut shuffled = stream.clone();
+        let mut x = seed | 1;
+        for i in (1..shuffled.len()).rev() {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for (name, attempts, batched) in [
+            ("in order", &in_order, false),
+            ("shuffled", &shuffled, false),
+            ("shuffled in batches", &shuffled, true),
+        ] {
+            let tracker = Tracker::new(&cfg);
+            let mut events = Vec::new();
+            for (n, chunk) in attempts.chunks(batch).enumerate() {
+                let now = T0 + n as u64 * MS;
+                if batched {
+                    tracker.observe_all(now, chunk, |o| (o, &"op"), &mut events, |_, _| {});
+                } else {
+                    for o in chunk {
+                        tracker.observe(now, o, &"op", &mut events);
+                    }
+                }
+            }
+            tracker.finish(&mut events);
+            prop_assert_eq!(&counted(&events), &want, "{}", name);
+        }
+    }
+}
+
+#[test]
+fn the_contract_reading_sees_each_violation() {
+    // The property above is only as good as the streams it draws: each violation, and an
+    // honored refusal, must be reachable in them. One hand-made stream shows each.
+    let cfg = race_config();
+    let s = |a: A| a.0;
+    let stream = [
+        s(at(0, 0).read().lasting(5)),
+        s(at(1, 10).fails(Outcome::NotFound).undeclared()),
+        s(at(1, 40).fails(Outcome::NotFound).undeclared()),
+        s(at(2, 60).fails(Outcome::Other).undeclared()),
+        s(at(2, 90).undeclared()),
+        s(at(3, 0).fails(Outcome::Throttled).retry_after_ms(400)),
+        s(at(3, 30).fails(Outcome::Transient)),
+        s(at(3, 60).fails(Outcome::Transient)),
+        s(at(3, 90)),
+        s(at(1, 400).fails(Outcome::NotFound).undeclared().client(2)),
+        s(at(1, 430).fails(Outcome::NotFound).undeclared().client(2)),
+    ];
+    let (verdicts, honored) = contract(&stream, cfg.max_retries, RACE_WINDOW_MS * MS);
+    let seen: std::collections::BTreeSet<&str> = verdicts
+        .values()
+        .filter_map(|(_, v, _)| v.map(Violation::as_str))
+        .collect();
+    assert_eq!(
+        seen,
+        Violation::ALL.iter().map(|v| v.as_str()).collect(),
+        "{verdicts:?}"
+    );
+    assert_eq!(honored.values().sum::<u32>(), 1);
+    let tracker = Tracker::new(&cfg);
+    let mut events = Vec::new();
+    for o in &stream {
+        tracker.observe(o.end, o, &"op", &mut events);
+    }
+    tracker.finish(&mut events);
+    assert_eq!(counted(&events), (verdicts, honored));
 }

@@ -73,6 +73,15 @@ pub fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// Every series of `name`: its labels and value.
+pub fn series(text: &str, name: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+    text.lines()
+        .filter_map(parse_line)
+        .filter(|(n, _, _)| *n == name)
+        .map(|(_, labels, v)| (labels, v))
+        .collect()
+}
+
 /// Whether any series of `name` exists.
 pub fn has_metric(text: &str, name: &str) -> bool {
     text.lines()
@@ -115,6 +124,21 @@ pub fn http_span(i: u64, method: &str, url: &str, status: i64) -> Span {
         ],
         ..Default::default()
     }
+}
+
+/// `span` with the server's `Retry-After` captured as HTTP instrumentations record a response
+/// header: `http.response.header.retry-after`, an array of strings.
+pub fn with_retry_after(mut span: Span, value: &str) -> Span {
+    use opentelemetry_proto::tonic::common::v1::ArrayValue;
+    span.attributes.push(kv(
+        "http.response.header.retry-after",
+        Value::ArrayValue(ArrayValue {
+            values: vec![AnyValue {
+                value: Some(Value::StringValue(value.into())),
+            }],
+        }),
+    ));
+    span
 }
 
 /// An encoded export request of one resource (`service.name` = `service`) with these spans.
