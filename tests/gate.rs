@@ -1,7 +1,8 @@
 //! The Gate API, black-box: `Decide` over gRPC and over the HTTP mirror answers every row of
 //! the decision table with the class and kind a span with the same signal gets; after a
 //! refusal observed from spans it routes elsewhere and names the interface that declares the
-//! operation; `WatchAlerts` (and the SSE mirror) deliver the alert of a retry after refusal.
+//! operation; a server's `Retry-After` sets the backoff, and an observed call back before it is
+//! counted; `WatchAlerts` (and the SSE mirror) deliver the alert of a retry after refusal.
 
 mod common;
 
@@ -254,6 +255,24 @@ fn rows() -> Vec<Row> {
             "ambiguous",
         ),
         row(
+            A2a,
+            "http://agent.test/a2a",
+            "",
+            "SubscribeToTask",
+            jsonrpc(-32004),
+            true,
+            "protocol_not_supported",
+        ),
+        row(
+            Mcp,
+            "http://mcp.test/mcp",
+            "",
+            "initialize",
+            jsonrpc(-32022),
+            true,
+            "protocol_not_supported",
+        ),
+        row(
             Jsonrpc,
             "http://rpc.test/",
             "",
@@ -421,7 +440,13 @@ fn decide_json(r: &DecideRequest) -> serde_json::Value {
         if l.has_grpc_code {
             last["grpcCode"] = l.grpc_code.into();
         }
+        if l.retry_after_ms != 0 {
+            last["retryAfterMs"] = l.retry_after_ms.into();
+        }
         json["lastResponse"] = last;
+    }
+    if r.observe {
+        json["observe"] = true.into();
     }
     json
 }
@@ -707,4 +732,74 @@ async fn watch_alerts_delivers_a_retry_after_refusal() {
         matches!(end, Ok(None)),
         "a clean end of the stream: {end:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_delay_sets_the_backoff_and_an_observed_early_retry_is_counted() {
+    let server = start(CONFIG).await;
+    let b = server.bound;
+    let ask = |attempt: u32| DecideRequest {
+        client: Some(Client {
+            service_name: "throttled-agent".into(),
+            service_instance_id: String::new(),
+        }),
+        protocol: Protocol::Http as i32,
+        url: "http://old.test/v1/orders".into(),
+        http_method: "POST".into(),
+        last_response: Some(LastResponse {
+            http_status: 429,
+            attempt,
+            retry_after_ms: 5_000,
+            ..Default::default()
+        }),
+        observe: true,
+        ..Default::default()
+    };
+    // A 429 that asked for five seconds: the backoff is five seconds, not our first one.
+    let first = gate(&b)
+        .await
+        .decide(ask(1))
+        .await
+        .expect("decided")
+        .into_inner();
+    assert_eq!(
+        (
+            first.decision.as_str(),
+            first.backoff_ms,
+            first.retries_left
+        ),
+        ("retry_with_backoff", 5_000, 2),
+        "{first:?}"
+    );
+    assert!(
+        first
+            .rule
+            .ends_with("the server asked to wait 5000 ms (Retry-After)"),
+        "{first:?}"
+    );
+    // The same over the mirror, asked at once: the observed call is a retry before the delay.
+    let second = decide_http(&b, &ask(2)).await;
+    assert_eq!(second["backoffMs"], 5_000, "{second}");
+    assert_eq!(second["observed"], true, "{second}");
+    let m = scrape(&b).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_violations_total",
+            &[
+                ("client", "throttled-agent"),
+                ("violation", "retry_before_retry_after")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_attempts_total",
+            &[("client", "throttled-agent"), ("class", "throttled")]
+        ),
+        2.0
+    );
+    server.shutdown().await;
 }
