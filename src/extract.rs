@@ -597,12 +597,21 @@ fn grpc_operation<'a>(
             .rsplit_once('/')
             .filter(|(s, m)| !s.is_empty() && !m.is_empty())
     };
-    if let Some(parts) = method.and_then(qualified) {
-        return parts;
-    }
     match (service, method) {
-        (Some(service), method) => (service, method.unwrap_or("")),
-        (None, Some(method)) => (method, ""),
+        // The usual shape before 1.39: a bare method. Told apart from a qualified one by its
+        // service prefix, without searching the method for a `/`.
+        (Some(service), Some(method)) => {
+            let bare = method.strip_prefix('/').unwrap_or(method);
+            match bare.strip_prefix(service).and_then(|m| m.strip_prefix('/')) {
+                Some(m) if !m.is_empty() => (service, m),
+                _ if bare.len() < method.len() || bare.contains('/') => {
+                    qualified(method).unwrap_or((service, method))
+                }
+                _ => (service, method),
+            }
+        }
+        (Some(service), None) => (service, ""),
+        (None, Some(method)) => qualified(method).unwrap_or((method, "")),
         (None, None) => qualified(name).unwrap_or((name, "")),
     }
 }
@@ -1279,6 +1288,17 @@ pub(crate) mod tests {
             ),
             (vec![s("rpc.method", "pkg.Svc/Get")], "x"),
             (vec![s("rpc.method", "/pkg.Svc/Get")], "x"),
+            (
+                vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "/pkg.Svc/Get")],
+                "x",
+            ),
+            (
+                vec![
+                    s("rpc.service", "other.Svc"),
+                    s("rpc.method", "pkg.Svc/Get"),
+                ],
+                "x",
+            ),
             (
                 vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "pkg.Svc/Get")],
                 "x",

@@ -1164,14 +1164,27 @@ impl Pipeline {
         attempt: &'i Attempt<'_>,
         client: u64,
     ) -> Placed<'i> {
-        let mut room = None;
-        let path = attempt.path_or_grpc(&mut room);
-        let interface = match &attempt.origin {
-            Some(origin) => interfaces.resolve(Some(origin.as_str()), path),
+        use crate::discovery::InterfaceRef;
+        let origin = attempt.origin.as_ref().map(|o| o.as_str());
+        let mut interface = match origin {
+            Some(_) => interfaces.resolve(origin, attempt.path),
             None if attempt.family == extract::Family::Grpc => {
                 interfaces.resolve_grpc(attempt.operation.verb)
             }
-            None => crate::discovery::InterfaceRef::Unknown,
+            None => InterfaceRef::Unknown,
+        };
+        // A path matters only to a configured interface: a gRPC attempt's is built for one
+        // alone (and may then choose among the interfaces on its origin).
+        let mut room = None;
+        let path = match interface {
+            InterfaceRef::Configured(_) if attempt.path.is_none() => {
+                let path = attempt.path_or_grpc(&mut room);
+                if origin.is_some() && path.is_some() {
+                    interface = interfaces.resolve(origin, path);
+                }
+                path
+            }
+            _ => attempt.path,
         };
         let interface_name = interfaces.name(interface);
         let declared = interfaces.declared(interface, path);
@@ -1333,6 +1346,48 @@ mod tests {
         let forwarded = tag(&body, &malformed_at, &tags).expect("re-framed");
         let request = ExportTraceServiceRequest::decode(&forwarded[..]).expect("a valid request");
         assert_eq!(request.resource_spans[0].scope_spans[0].spans.len(), 2);
+    }
+
+    #[test]
+    fn a_grpc_attempt_is_placed_by_its_path_on_a_configured_origin() {
+        use crate::extract::tests::{s, span};
+        let config = crate::config::Config::parse(
+            "
+interfaces:
+  - name: a
+    protocol: grpc
+    url: http://g.test:50051
+    endpoints: [{ path: /pkg.A/Get }]
+  - name: b
+    protocol: grpc
+    url: http://g.test:50051/pkg.B
+    endpoints: [{ path: /pkg.B/Get }]
+",
+        )
+        .expect("valid");
+        let pipeline = Pipeline::from_config(&config);
+        let place = |service: &str, server: bool| {
+            let mut attributes = vec![
+                s("rpc.system", "grpc"),
+                s("rpc.service", service),
+                s("rpc.method", "Get"),
+            ];
+            if server {
+                attributes.push(s("server.address", "g.test"));
+                attributes.push(crate::extract::tests::i("server.port", 50051));
+            }
+            let sp = span("x", attributes);
+            let client = extract::client_of(&[]);
+            let attempt = extract::extract(client, &&sp, 64).expect("an attempt");
+            let assessed = pipeline.assess(&attempt, true, false);
+            (assessed.interface, assessed.rule)
+        };
+        // /pkg.B/Get: under b's base path, on the origin both serve from.
+        assert_eq!(place("pkg.B", true).0, "b");
+        assert_eq!(place("pkg.A", true).0, "a");
+        // No server: the interface that declares the service.
+        assert_eq!(place("pkg.B", false).0, "b");
+        assert_eq!(place("pkg.Nobody", false).0, "unknown");
     }
 
     #[test]
