@@ -740,13 +740,30 @@ fn stream() -> impl Strategy<Value = Vec<Observation>> {
         prop::collection::vec(attempt(2), 0..16),
         prop::collection::vec(attempt(3), 0..16),
     )
-        .prop_map(|(a, b, c)| {
-            let mut all: Vec<Observation> = a.into_iter().chain(b).chain(c).collect();
-            for (i, o) in all.iter_mut().enumerate() {
-                o.span_id = (i as u64).to_be_bytes();
-            }
-            all
-        })
+        .prop_map(numbered)
+}
+
+/// Three clients' attempts in one stream, each given its own span id.
+fn numbered((a, b, c): (Vec<Observation>, Vec<Observation>, Vec<Observation>)) -> Vec<Observation> {
+    let mut all: Vec<Observation> = a.into_iter().chain(b).chain(c).collect();
+    for (i, o) in all.iter_mut().enumerate() {
+        o.span_id = (i as u64).to_be_bytes();
+    }
+    all
+}
+
+/// `items` in an order drawn from `seed`: a seeded Fisher-Yates shuffle, so that failures
+/// shrink and reproduce.
+fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
+    let mut out = items.to_vec();
+    let mut x = seed | 1;
+    for i in (1..out.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    out
 }
 
 /// Feeds a stream in `order`, settling at each request boundary only when `settle_between`
@@ -781,13 +798,7 @@ proptest! {
     ) {
         let cfg = config();
         let in_order: Vec<usize> = (0..stream.len()).collect();
-        let mut shuffled = in_order.clone();
-        // A seeded Fisher-Yates shuffle, so that failures shrink and reproduce.
-        let mut x = seed | 1;
-        for i in (1..shuffled.len()).rev() {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
-        }
+        let shuffled = shuffled(&in_order, seed);
         let mut splits = splits;
         splits.sort_unstable();
         let a = feed(&stream, &in_order, &[], &cfg);
@@ -1037,21 +1048,12 @@ fn racing_attempt(client: u64) -> impl Strategy<Value = Observation> {
 
 /// Streams of up to three clients whose attempts start and end together and overlap.
 fn racing_stream() -> impl Strategy<Value = Vec<Observation>> {
-    prop::collection::vec(racing_attempt(1), 0..20)
-        .prop_flat_map(|a| {
-            (
-                Just(a),
-                prop::collection::vec(racing_attempt(2), 0..12),
-                prop::collection::vec(racing_attempt(3), 0..12),
-            )
-        })
-        .prop_map(|(a, b, c)| {
-            let mut all: Vec<Observation> = a.into_iter().chain(b).chain(c).collect();
-            for (i, o) in all.iter_mut().enumerate() {
-                o.span_id = (i as u64).to_be_bytes();
-            }
-            all
-        })
+    (
+        prop::collection::vec(racing_attempt(1), 0..20),
+        prop::collection::vec(racing_attempt(2), 0..12),
+        prop::collection::vec(racing_attempt(3), 0..12),
+    )
+        .prop_map(numbered)
 }
 
 proptest! {
@@ -1073,12 +1075,7 @@ proptest! {
         let want = contract(&stream, cfg.max_retries, RACE_WINDOW_MS * MS);
         let mut in_order = stream.clone();
         in_order.sort_by_key(|o| (o.start, o.end));
-        let mut shuffled = stream.clone();
-        let mut x = seed | 1;
-        for i in (1..shuffled.len()).rev() {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
-        }
+        let shuffled = shuffled(&stream, seed);
         for (name, attempts, batched) in [
             ("in order", &in_order, false),
             ("shuffled", &shuffled, false),
