@@ -77,12 +77,12 @@ impl Delay {
 const DECLARED_NO: u8 = 1;
 /// It read the interface's discovery document.
 const READ: u8 = 2;
-/// It asked for the interface's discovery document (read it or not): never a probe.
-const ASKED: u8 = 16;
 /// Its verdict is final and counted.
 const SETTLED: u8 = 4;
 /// As a refusal, it has been judged honored or not.
 const JUDGED: u8 = 8;
+/// It asked for the interface's discovery document (read it or not): never a probe.
+const ASKED: u8 = 16;
 
 impl Entry {
     fn has(&self, flag: u8) -> bool {
