@@ -76,10 +76,7 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
 /// The firing alerts, in the shape of Prometheus's `/api/v1/alerts`.
 async fn alerts(State(admin): State<Admin>) -> impl IntoResponse {
     admin.pipeline.settle(true);
-    let firing = admin
-        .pipeline
-        .alerter()
-        .firing(crate::receiver::wall_clock());
+    let firing = admin.pipeline.alerter().firing(crate::clock::now());
     let alerts: Vec<serde_json::Value> = crate::alert::delivery::to_json(&firing, "")
         .as_array()
         .cloned()

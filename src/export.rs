@@ -278,11 +278,8 @@ fn jitter(wait: Duration, hinted: bool) -> Duration {
     if hinted {
         return wait;
     }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
     // A cheap spread from the clock's low bits: 0.75 .. 1.25.
-    let factor = 0.75 + f64::from(nanos % 1000) / 2000.0;
+    let factor = 0.75 + (crate::clock::now() % 1000) as f64 / 2000.0;
     wait.mul_f64(factor)
 }
 

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod alert;
 pub mod app;
 pub mod classify;
+pub mod clock;
 pub mod config;
 pub mod discovery;
 pub mod export;

@@ -280,11 +280,7 @@ impl Metrics {
             pairs: RwLock::new(Vec::new()),
             // Now, not 0: a pair made before the first sweep is stamped with the time it
             // was made, not with the epoch (which the first sweep would take as long gone).
-            clock: AtomicU64::new(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs()),
-            ),
+            clock: AtomicU64::new(crate::clock::now() / crate::clock::SECOND),
             series_expired,
             attempts,
             violations,
@@ -671,10 +667,7 @@ mod tests {
         let m = metrics(3600);
         let a = m.labels(1, "a", 9, "i");
         m.record(&[counted(a)]);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after 1970")
-            .as_secs();
+        let now = crate::clock::now() / crate::clock::SECOND;
         assert_eq!(m.sweep(now + 1), 0);
         assert!(m.render().contains("client=\"a\""));
     }

@@ -93,5 +93,5 @@ pub fn read(path: &Path) -> Result<State, String> {
 
 /// Unix milliseconds now.
 pub fn now_ms() -> u64 {
-    crate::receiver::wall_clock() / 1_000_000
+    crate::clock::now() / 1_000_000
 }

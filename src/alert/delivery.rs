@@ -225,7 +225,7 @@ pub async fn flush(
 ) -> Option<Duration> {
     let batch = {
         let mut state = alerter.state();
-        state.expire(crate::receiver::wall_clock());
+        state.expire(crate::clock::now());
         state.take_changed()
     };
     if batch.is_empty() {

@@ -8,7 +8,8 @@ use super::proto::{self, Protocol as ProtoProtocol};
 use super::{Asker, Filter, LastResponse, Protocol, Question};
 use crate::access::Tokens;
 use crate::alert::Alert;
-use crate::receiver::{wall_clock, Pipeline};
+use crate::clock;
+use crate::receiver::Pipeline;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -141,7 +142,7 @@ impl RefusalGate for Gate {
         self.admit(&request)?;
         let q = question(request.into_inner())?;
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
-        super::decide(&self.pipeline, &q, wall_clock(), id)
+        super::decide(&self.pipeline, &q, clock::now(), id)
             .map(|a| Response::new(response(a)))
             .map_err(|e| Status::invalid_argument(e.to_string()))
     }

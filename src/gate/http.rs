@@ -5,7 +5,8 @@
 //! Edge: parses, calls [`super::decide`], serialises.
 
 use super::{Filter, Question};
-use crate::receiver::{wall_clock, Pipeline};
+use crate::clock;
+use crate::receiver::Pipeline;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -47,7 +48,7 @@ async fn decide(
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.body_text()),
     };
     let id = m.ids.fetch_add(1, Ordering::Relaxed);
-    match super::decide(&m.pipeline, &q, wall_clock(), id) {
+    match super::decide(&m.pipeline, &q, clock::now(), id) {
         Ok(answer) => Json(answer).into_response(),
         Err(e) => error(StatusCode::BAD_REQUEST, &e.to_string()),
     }

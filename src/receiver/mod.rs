@@ -27,7 +27,6 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Which receiver a request came in on: the `transport` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -611,13 +610,6 @@ struct ClientIds<'a> {
     filled: usize,
 }
 
-/// Unix nanoseconds now: the tracker's clock when serving.
-pub fn wall_clock() -> Nanos {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
 /// The `refusal_gate.*` attributes of DESIGN §6 that do not depend on the verdict (the
 /// rule and the interface), encoded as `Span.attributes` (field 9) entries.
 fn encode_place_tags(reason: classify::Reason<'_>, interface: &str) -> Vec<u8> {
@@ -881,11 +873,13 @@ impl Pipeline {
                 // The hot path: spans are read in place, nothing is materialised.
                 Encoding::Protobuf => {
                     frame_check(body)?;
-                    Ok(self.ingest_wire(transport, body, wall_clock(), None).0)
+                    Ok(self
+                        .ingest_wire(transport, body, crate::clock::now(), None)
+                        .0)
                 }
                 Encoding::Json => {
                     let batch = decode(body, encoding)?;
-                    Ok(self.ingest(transport, &batch, wall_clock()))
+                    Ok(self.ingest(transport, &batch, crate::clock::now()))
                 }
             };
         };
@@ -909,7 +903,7 @@ impl Pipeline {
         }
         let mut tags = Vec::with_capacity(spans);
         let (mut summary, malformed_at) =
-            self.ingest_wire(transport, body, wall_clock(), Some(&mut tags));
+            self.ingest_wire(transport, body, crate::clock::now(), Some(&mut tags));
         summary.rejected += pre_rejected;
         if reservation == Reservation::Granted {
             let forwarded = spans - malformed_at.len();
@@ -974,7 +968,7 @@ impl Pipeline {
     /// Records what the tracker reported: counters, and an alert for every violation.
     fn record(&self, events: &[Event]) {
         self.metrics.record(events);
-        let now = wall_clock();
+        let now = crate::clock::now();
         for event in events {
             let Event::Counted {
                 labels,
@@ -1233,9 +1227,9 @@ impl Pipeline {
         let mut events = Vec::new();
         let labels = self.labels(&mut client, p.group.interface, p.interface_name);
         let obs = observation(&p, attempt, labels);
-        let judged = self
-            .tracker
-            .observe(wall_clock(), &obs, &attempt.operation, &mut events);
+        let judged =
+            self.tracker
+                .observe(crate::clock::now(), &obs, &attempt.operation, &mut events);
         if judged.is_none() {
             self.metrics.span_skipped("duplicate");
         }
@@ -1254,7 +1248,7 @@ impl Pipeline {
     /// Settles pending verdicts (all of them when `force`) and records them.
     pub fn settle(&self, force: bool) {
         let mut events = Vec::new();
-        self.tracker.settle(wall_clock(), force, &mut events);
+        self.tracker.settle(crate::clock::now(), force, &mut events);
         self.record(&events);
     }
 
@@ -1270,7 +1264,7 @@ impl Pipeline {
     /// The periodic sweep: settles, counts honored refusals, expires keys.
     pub fn sweep(&self) {
         let mut events = Vec::new();
-        let now = wall_clock();
+        let now = crate::clock::now();
         self.tracker.sweep(now, &mut events);
         self.record(&events);
         self.metrics.set_tracker_keys(self.tracker.keys());

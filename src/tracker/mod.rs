@@ -26,8 +26,7 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-/// Unix time in nanoseconds: span times and the tracker's clock alike.
-pub type Nanos = u64;
+pub use crate::clock::Nanos;
 
 /// The most shards; fewer when `max_keys` is small, so every shard can hold a key.
 const MAX_SHARDS: usize = 16;
