@@ -16,6 +16,10 @@ use std::time::Duration;
 /// `refusal-gate default-config` prints. Every key is shown with its default.
 pub const DEFAULT_CONFIG: &str = include_str!("default-config.yaml");
 
+/// The attributes read per span unless configured otherwise
+/// (`receivers.otlp.max_attributes_per_span`): the OpenTelemetry SDKs' own default limit.
+pub const DEFAULT_MAX_ATTRIBUTES: usize = 128;
+
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -96,7 +100,7 @@ impl Default for OtlpReceivers {
             grpc: GrpcReceiver::default(),
             http: HttpReceiver::default(),
             auth: AuthConfig::default(),
-            max_attributes_per_span: crate::extract::DEFAULT_MAX_ATTRIBUTES,
+            max_attributes_per_span: DEFAULT_MAX_ATTRIBUTES,
         }
     }
 }
@@ -472,6 +476,27 @@ fn default_drain_timeout() -> Duration {
     Duration::from_secs(10)
 }
 
+/// How urgent an alert is (`alerting.min_severity`; which violation raises which is the
+/// alert rules' business, `crate::alert`). Ordered: `Warning < Critical`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth a look.
+    Warning,
+    /// A client retried after an authoritative refusal.
+    Critical,
+}
+
+impl Severity {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// `alerting:`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -482,7 +507,7 @@ pub struct AlertingConfig {
     #[serde(deserialize_with = "duration")]
     pub resolve_after: Duration,
     /// Alerts below this severity are not raised (`warning` or `critical`).
-    pub min_severity: crate::alert::Severity,
+    pub min_severity: Severity,
     /// The most distinct alerts held (firing or waiting for delivery); past it new ones
     /// are dropped and counted.
     pub queue_size: usize,
@@ -493,7 +518,7 @@ impl Default for AlertingConfig {
         AlertingConfig {
             alertmanager: None,
             resolve_after: Duration::from_secs(300),
-            min_severity: crate::alert::Severity::Warning,
+            min_severity: Severity::Warning,
             queue_size: 10_000,
         }
     }
@@ -636,7 +661,7 @@ impl Config {
         }
         if let Some(am) = &self.alerting.alertmanager {
             if !(am.url.starts_with("http://") || am.url.starts_with("https://"))
-                || crate::discovery::split_url(&am.url).is_err()
+                || crate::url::split_url(&am.url).is_err()
             {
                 return invalid(
                     "alerting.alertmanager.url".into(),
@@ -652,7 +677,7 @@ impl Config {
         }
         if let Some(otlp) = &self.exporters.otlp {
             if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://"))
-                || crate::discovery::split_url(&otlp.endpoint).is_err()
+                || crate::url::split_url(&otlp.endpoint).is_err()
             {
                 return invalid(
                     "exporters.otlp.endpoint".into(),
@@ -683,7 +708,7 @@ impl Config {
             }
             match (&interface.url, &interface.discovery.document) {
                 (Some(url), _) => {
-                    if let Err(problem) = crate::discovery::split_url(url) {
+                    if let Err(problem) = crate::url::split_url(url) {
                         return invalid(at("url"), &problem);
                     }
                 }
@@ -697,7 +722,7 @@ impl Config {
                     (Some(_), None) => {}
                     (None, Some(url)) => {
                         if !(url.starts_with("http://") || url.starts_with("https://"))
-                            || crate::discovery::split_url(url).is_err()
+                            || crate::url::split_url(url).is_err()
                         {
                             return invalid(
                                 at("discovery.document.url"),

@@ -7,8 +7,8 @@
 //! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
 use crate::classify::Outcome;
-use crate::discovery::url::{self, Origin};
 use crate::discovery::{InterfaceRef, Interfaces};
+use crate::url::{self, Origin};
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, status::StatusCode, Span};
 
@@ -458,9 +458,7 @@ pub fn client_of(resource: &[KeyValue]) -> Client<'_> {
     })
 }
 
-/// The attributes read per span unless configured otherwise
-/// (`receivers.otlp.max_attributes_per_span`): the OpenTelemetry SDKs' own default limit.
-pub const DEFAULT_MAX_ATTRIBUTES: usize = 128;
+pub use crate::config::DEFAULT_MAX_ATTRIBUTES;
 
 /// Reads one span of `client` as an attempt, from its first `max_attributes` attributes.
 ///

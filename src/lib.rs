@@ -25,4 +25,5 @@ pub mod retry;
 pub mod state;
 pub mod tls;
 pub mod tracker;
+pub mod url;
 pub mod workload;

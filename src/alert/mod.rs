@@ -9,29 +9,12 @@ pub mod delivery;
 
 use crate::tracker::{Nanos, Violation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
-use serde::Deserialize;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-/// How urgent an alert is. Ordered: `Warning < Critical`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Worth a look.
-    Warning,
-    /// A client retried after an authoritative refusal.
-    Critical,
-}
+pub use crate::config::Severity;
 
 impl Severity {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Severity::Warning => "warning",
-            Severity::Critical => "critical",
-        }
-    }
-
     /// The severity of the alert a violation raises.
     pub fn of(violation: Violation) -> Severity {
         match violation {

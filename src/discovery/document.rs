@@ -5,7 +5,7 @@
 //! Core: pure. Bytes in, a [`Contract`] or a [`DocumentError`] saying where in the document
 //! the problem is. Unknown fields are ignored, as every one of these formats asks.
 
-use super::url::{self, UrlParts};
+use crate::url::{self, UrlParts};
 use serde_json::{Map, Value};
 use std::fmt;
 

@@ -5,9 +5,8 @@
 
 pub mod document;
 pub mod loader;
-pub mod url;
 
-pub use url::split_url;
+use crate::url::split_url;
 
 use crate::config::{InterfaceConfig, Protocol};
 use document::Contract;
