@@ -19,6 +19,7 @@ pub mod export;
 pub mod extract;
 pub mod gate;
 pub mod metrics;
+pub mod otlp;
 pub mod receiver;
 pub mod replay;
 pub mod retry;

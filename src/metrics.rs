@@ -11,7 +11,7 @@
 
 use crate::classify::Kind;
 use crate::config::MetricsConfig;
-use crate::receiver::Transport;
+use crate::otlp::Transport;
 use crate::tracker::{Event, Violation};
 use foldhash::HashMap;
 use prometheus::{

@@ -8,7 +8,7 @@
 
 pub mod grpc;
 pub mod http;
-pub mod wire;
+pub use crate::otlp::wire;
 
 use crate::alert::delivery::Alerter;
 use crate::alert::{Alert, AlertKey, Severity};
@@ -28,24 +28,7 @@ use prost::Message;
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 
-/// Which receiver a request came in on: the `transport` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// OTLP/gRPC.
-    Grpc,
-    /// OTLP/HTTP.
-    Http,
-}
-
-impl Transport {
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Transport::Grpc => "grpc",
-            Transport::Http => "http",
-        }
-    }
-}
+pub use crate::otlp::Transport;
 
 /// Why a whole request was refused.
 #[derive(Debug, thiserror::Error)]
@@ -1344,7 +1327,7 @@ mod tests {
 
     #[test]
     fn a_grpc_attempt_is_placed_by_its_path_on_a_configured_origin() {
-        use crate::extract::tests::{s, span};
+        use crate::otlp::fixtures::{s, span};
         let config = crate::config::Config::parse(
             "
 interfaces:
@@ -1368,7 +1351,7 @@ interfaces:
             ];
             if server {
                 attributes.push(s("server.address", "g.test"));
-                attributes.push(crate::extract::tests::i("server.port", 50051));
+                attributes.push(crate::otlp::fixtures::i("server.port", 50051));
             }
             let sp = span("x", attributes);
             let client = extract::client_of(&[]);

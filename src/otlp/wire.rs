@@ -6,7 +6,7 @@
 //! whose framing is broken is an error for that span alone. Fields refusal-gate does not read
 //! are skipped by wire type and never validated (they are forwarded as they came).
 
-use crate::extract::{Array, SpanView, Val};
+use super::{Array, SpanView, Val};
 
 /// Reads one base-128 varint. Hand-rolled: the hot path reads some fifty of them per span.
 #[inline]
@@ -428,7 +428,7 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::tests::{i, s, span};
+    use crate::otlp::fixtures::{i, s, span};
     use opentelemetry_proto::tonic::trace::v1::span::Event;
     use opentelemetry_proto::tonic::trace::v1::Status;
     use prost::Message;
@@ -456,10 +456,10 @@ mod tests {
             });
         owned
             .attributes
-            .push(crate::extract::tests::strings("h", &["3", "x"]));
+            .push(crate::otlp::fixtures::strings("h", &["3", "x"]));
         owned
             .attributes
-            .push(crate::extract::tests::strings("empty", &[]));
+            .push(crate::otlp::fixtures::strings("empty", &[]));
         owned.events.push(Event {
             name: "exception".into(),
             attributes: vec![s("exception.type", "ReadTimeout")],

@@ -1,0 +1,534 @@
+//! Tests of extraction: one table per fact of DESIGN §3 (families, URLs, codes, timeouts,
+//! operations, the server's delay, gRPC's two conventions, discovery).
+
+use super::*;
+use crate::otlp::fixtures::{i, s, span, strings};
+use opentelemetry_proto::tonic::trace::v1::span::Event;
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Status};
+
+fn resource() -> Vec<KeyValue> {
+    vec![s("service.name", "agent"), s("service.instance.id", "i-1")]
+}
+
+#[test]
+fn families_are_recognised_in_order() {
+    let r = resource();
+    let cases = [
+        (
+            vec![
+                s("mcp.method.name", "tools/call"),
+                s("http.request.method", "POST"),
+            ],
+            Family::Mcp,
+        ),
+        (vec![s("a2a.method.name", "SendMessage")], Family::A2a),
+        (vec![s("rpc.system", "jsonrpc")], Family::JsonRpc),
+        (vec![s("rpc.system.name", "jsonrpc")], Family::JsonRpc),
+        (vec![s("rpc.system", "grpc")], Family::Grpc),
+        (vec![s("http.request.method", "GET")], Family::Http),
+        (vec![s("http.method", "GET")], Family::Http),
+    ];
+    for (attrs, family) in cases {
+        let sp = span("x", attrs);
+        assert_eq!(
+            extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                .expect("attempt")
+                .family,
+            family
+        );
+    }
+    let none = span("x", vec![s("db.system", "postgresql")]);
+    assert_eq!(
+        extract(client_of(&r), &&none, DEFAULT_MAX_ATTRIBUTES),
+        Err(Skip::NoProtocol)
+    );
+    let mut server = span("x", vec![s("http.request.method", "GET")]);
+    server.kind = SpanKind::Server as i32;
+    assert_eq!(
+        extract(client_of(&r), &&server, DEFAULT_MAX_ATTRIBUTES),
+        Err(Skip::NotClient)
+    );
+}
+
+#[test]
+fn urls_come_from_full_urls_or_their_parts() {
+    let r = resource();
+    let cases = [
+        (
+            vec![s("url.full", "http://Api.test:80/v1/x?q=1")],
+            Some("http://api.test"),
+            Some("/v1/x"),
+        ),
+        (
+            vec![s("http.url", "https://api.test:8443/y")],
+            Some("https://api.test:8443"),
+            Some("/y"),
+        ),
+        (
+            vec![
+                s("url.scheme", "https"),
+                s("server.address", "api.test"),
+                i("server.port", 443),
+                s("url.path", "/z"),
+            ],
+            Some("https://api.test"),
+            Some("/z"),
+        ),
+        (
+            vec![
+                s("http.scheme", "http"),
+                s("net.peer.name", "api.test"),
+                i("net.peer.port", 8080),
+                s("http.target", "/t?x"),
+            ],
+            Some("http://api.test:8080"),
+            Some("/t"),
+        ),
+        (
+            vec![s("server.address", "mcp.test"), i("server.port", 8080)],
+            Some("http://mcp.test:8080"),
+            None,
+        ),
+        (
+            vec![s("server.address", "mcp.test"), i("server.port", 443)],
+            Some("https://mcp.test"),
+            None,
+        ),
+        (vec![s("url.path", "/only")], None, Some("/only")),
+    ];
+    for (mut attrs, origin, path) in cases {
+        attrs.push(s("http.request.method", "GET"));
+        let sp = span("x", attrs);
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+        assert_eq!(a.origin.as_ref().map(Origin::as_str), origin);
+        assert_eq!(a.path, path);
+    }
+}
+
+#[test]
+fn codes_are_read_by_family() {
+    let r = resource();
+    let cases: Vec<(Vec<KeyValue>, Signal)> = vec![
+        (
+            vec![
+                s("http.request.method", "GET"),
+                i("http.response.status_code", 404),
+            ],
+            Signal {
+                http_status: Some(404),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("http.method", "GET"), s("http.status_code", "503")],
+            Signal {
+                http_status: Some(503),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![
+                s("rpc.system", "jsonrpc"),
+                i("rpc.jsonrpc.error_code", -32601),
+            ],
+            Signal {
+                jsonrpc_code: Some(-32601),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![
+                s("mcp.method.name", "x"),
+                s("rpc.response.status_code", "-32602"),
+            ],
+            Signal {
+                jsonrpc_code: Some(-32602),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("a2a.method.name", "x"), s("rpc.status_code", "-32001")],
+            Signal {
+                jsonrpc_code: Some(-32001),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("mcp.method.name", "x"), s("error.type", "-32601")],
+            Signal {
+                jsonrpc_code: Some(-32601),
+                error_type: Some("-32601"),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("http.request.method", "GET"), s("error.type", "-32601")],
+            Signal {
+                error_type: Some("-32601"),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("rpc.system", "grpc"), i("rpc.grpc.status_code", 12)],
+            Signal {
+                grpc_code: Some(12),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![
+                s("rpc.system", "grpc"),
+                s("rpc.response.status_code", "UNAVAILABLE"),
+            ],
+            Signal {
+                grpc_code: Some(14),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![s("rpc.system.name", "grpc"), s("rpc.status_code", "8")],
+            Signal {
+                grpc_code: Some(8),
+                ..Default::default()
+            },
+        ),
+        (
+            vec![
+                s("http.request.method", "GET"),
+                s("error.type", "java.net.SocketTimeoutException"),
+            ],
+            Signal {
+                timeout: Some("java.net.SocketTimeoutException"),
+                error_type: Some("java.net.SocketTimeoutException"),
+                ..Default::default()
+            },
+        ),
+    ];
+    for (attrs, want) in cases {
+        let sp = span("x", attrs.clone());
+        assert_eq!(
+            extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                .expect("attempt")
+                .signal,
+            want,
+            "{attrs:?}"
+        );
+    }
+}
+
+#[test]
+fn timeouts_come_from_exception_events_and_status_is_read() {
+    let r = resource();
+    let mut sp = span("x", vec![s("http.method", "GET")]);
+    sp.events.push(Event {
+        name: "exception".into(),
+        attributes: vec![s("exception.type", "httpx.ReadTimeout")],
+        ..Default::default()
+    });
+    sp.status = Some(Status {
+        code: StatusCode::Error as i32,
+        message: String::new(),
+    });
+    let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+    assert_eq!(a.signal.timeout, Some("httpx.ReadTimeout"));
+    assert!(a.signal.status_error);
+}
+
+#[test]
+fn operations_clients_and_resends() {
+    let r = resource();
+    let cases = [
+        (
+            span(
+                "POST",
+                vec![
+                    s("http.request.method", "POST"),
+                    s("url.full", "http://h/a?b"),
+                ],
+            ),
+            "POST /a",
+        ),
+        (
+            span(
+                "MCP send tools/call get_weather",
+                vec![s("mcp.method.name", "tools/call")],
+            ),
+            "tools/call get_weather",
+        ),
+        (
+            span(
+                "x",
+                vec![
+                    s("mcp.method.name", "tools/call"),
+                    s("gen_ai.tool.name", "lookup"),
+                ],
+            ),
+            "tools/call lookup",
+        ),
+        (
+            span(
+                "x",
+                vec![
+                    s("mcp.method.name", "prompts/get"),
+                    s("gen_ai.prompt.name", "p"),
+                ],
+            ),
+            "prompts/get p",
+        ),
+        (
+            span(
+                "x",
+                vec![
+                    s("mcp.method.name", "resources/read"),
+                    s("mcp.resource.uri", "file:///a"),
+                ],
+            ),
+            "resources/read file:///a",
+        ),
+        (
+            span("x", vec![s("mcp.method.name", "initialize")]),
+            "initialize",
+        ),
+        (
+            span(
+                "x",
+                vec![
+                    s("rpc.system", "grpc"),
+                    s("rpc.service", "pkg.Svc"),
+                    s("rpc.method", "Get"),
+                ],
+            ),
+            "pkg.Svc/Get",
+        ),
+        (
+            span(
+                "x",
+                vec![s("rpc.system", "jsonrpc"), s("rpc.method", "eth_call")],
+            ),
+            "eth_call",
+        ),
+    ];
+    for (sp, want) in cases {
+        assert_eq!(
+            extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+                .expect("attempt")
+                .operation
+                .to_string(),
+            want
+        );
+    }
+    let sp = span(
+        "x",
+        vec![s("http.method", "GET"), i("http.request.resend_count", 2)],
+    );
+    let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+    assert!(a.resend);
+    assert_eq!(
+        a.client,
+        Client {
+            name: "agent",
+            instance: Some("i-1")
+        }
+    );
+    let a = extract(client_of(&[]), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+    assert_eq!(a.client.name, "unknown_service");
+}
+
+#[test]
+fn retry_after_is_delay_seconds_or_an_http_date_after_the_end() {
+    const S: u64 = 1_000_000_000;
+    // 2026-11-30T12:00:00.250Z: the response's end.
+    let end = 1_796_040_000 * S + S / 4;
+    let cases = [
+        ("2", Some(2 * S)),
+        (" 120 ", Some(120 * S)),
+        ("0", None),
+        ("99999999999999999999999", Some(u64::MAX)),
+        ("1.5", None),
+        ("-1", None),
+        ("soon", None),
+        ("", None),
+        // IMF-fixdate, RFC 850 and asctime: RFC 9110 has recipients take all three.
+        ("Mon, 30 Nov 2026 12:00:02 GMT", Some(2 * S - S / 4)),
+        ("Monday, 30-Nov-26 12:00:02 GMT", Some(2 * S - S / 4)),
+        ("Mon Nov 30 12:00:02 2026", Some(2 * S - S / 4)),
+        // A date already past: nothing to wait for.
+        ("Mon, 30 Nov 2026 11:59:00 GMT", None),
+    ];
+    for (value, want) in cases {
+        assert_eq!(retry_after(value, end), want, "{value:?}");
+    }
+}
+
+#[test]
+fn the_server_delay_is_read_from_a_captured_header() {
+    let r = resource();
+    let delay = |attrs: Vec<KeyValue>| {
+        let mut attrs = attrs;
+        attrs.push(s("http.request.method", "POST"));
+        let sp = span("x", attrs);
+        extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .signal
+            .retry_after
+    };
+    const S: u64 = 1_000_000_000;
+    assert_eq!(
+        delay(vec![strings(
+            "http.response.header.retry-after",
+            &["3", "9"]
+        )]),
+        Some(3 * S),
+        "the first value of the array"
+    );
+    assert_eq!(
+        delay(vec![strings("http.response.header.retry_after", &["4"])]),
+        Some(4 * S),
+        "Python's older instrumentations"
+    );
+    assert_eq!(
+        delay(vec![
+            strings("http.response.header.retry_after", &["4"]),
+            strings("http.response.header.retry-after", &["5"]),
+        ]),
+        Some(5 * S),
+        "the stable name wins"
+    );
+    assert_eq!(
+        delay(vec![s("http.response.header.retry-after", "6")]),
+        Some(6 * S)
+    );
+    assert_eq!(
+        delay(vec![i("http.response.header.retry-after", 7)]),
+        Some(7 * S)
+    );
+    assert_eq!(
+        delay(vec![strings("http.response.header.retry-after", &[])]),
+        None
+    );
+    assert_eq!(delay(vec![]), None);
+}
+
+#[test]
+fn grpc_operations_read_both_conventions_alike() {
+    let r = resource();
+    let op = |attrs: Vec<KeyValue>, name: &str| {
+        let mut attrs = attrs;
+        attrs.push(s("rpc.system", "grpc"));
+        let sp = span(name, attrs);
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+        let mut room = None;
+        let parts = (a.operation.verb.to_owned(), a.operation.target.to_owned());
+        (
+            parts,
+            a.operation.to_string(),
+            a.path_or_grpc(&mut room).map(str::to_owned),
+        )
+    };
+    let split = ("pkg.Svc".to_owned(), "Get".to_owned());
+    let path = Some("/pkg.Svc/Get".to_owned());
+    let cases = [
+        (
+            vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "Get")],
+            "x",
+        ),
+        (vec![s("rpc.method", "pkg.Svc/Get")], "x"),
+        (vec![s("rpc.method", "/pkg.Svc/Get")], "x"),
+        (
+            vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "/pkg.Svc/Get")],
+            "x",
+        ),
+        (
+            vec![
+                s("rpc.service", "other.Svc"),
+                s("rpc.method", "pkg.Svc/Get"),
+            ],
+            "x",
+        ),
+        (
+            vec![s("rpc.service", "pkg.Svc"), s("rpc.method", "pkg.Svc/Get")],
+            "x",
+        ),
+        (vec![], "pkg.Svc/Get"),
+    ];
+    for (attrs, name) in cases {
+        assert_eq!(
+            op(attrs.clone(), name),
+            (split.clone(), "pkg.Svc/Get".to_owned(), path.clone()),
+            "{attrs:?} {name}"
+        );
+    }
+    let (_, shown, path) = op(vec![s("rpc.method", "Get")], "x");
+    assert_eq!((shown.as_str(), path), ("Get", None));
+    // A URL path, when the span has one, is the path.
+    let (_, _, path) = op(
+        vec![s("rpc.method", "pkg.Svc/Get"), s("url.path", "/custom")],
+        "x",
+    );
+    assert_eq!(path.as_deref(), Some("/custom"));
+    let long = format!("pkg.{}/Get", "S".repeat(GrpcPath::MAX));
+    let (_, _, path) = op(vec![s("rpc.method", &long)], "x");
+    assert_eq!(path, None, "too long to build: no path");
+}
+
+#[test]
+fn discovery_is_asked_for_whatever_the_answer_and_read_on_success() {
+    use crate::config::{InterfaceConfig, Protocol};
+    let interfaces = Interfaces::new(&[InterfaceConfig {
+        name: "a".into(),
+        protocol: Protocol::A2a,
+        url: Some("http://agent.test/a2a".into()),
+        endpoints: vec![],
+        discovery: Default::default(),
+    }]);
+    let r = resource();
+    let of = |attrs: Vec<KeyValue>| {
+        let sp = span("x", attrs);
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+        let (outcome, _) = crate::classify::outcome(a.family, &a.signal);
+        let origin = a.origin.as_ref().map(Origin::as_str);
+        discovery(&a, outcome, &interfaces, interfaces.resolve(origin, a.path))
+    };
+    let get = |path: &str, status: i64| {
+        vec![
+            s("http.request.method", "GET"),
+            s("url.full", &format!("http://agent.test{path}")),
+            i("http.response.status_code", status),
+        ]
+    };
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 200)),
+        Discovery::Read
+    );
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 404)),
+        Discovery::Asked
+    );
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 304)),
+        Discovery::Asked,
+        "a read is a 2xx"
+    );
+    assert_eq!(of(get("/a2a/tasks", 200)), Discovery::None);
+    assert_eq!(
+        of(vec![s("a2a.method.name", "GetExtendedAgentCard")]),
+        Discovery::Read
+    );
+    assert_eq!(
+        of(vec![
+            s("a2a.method.name", "GetExtendedAgentCard"),
+            s("rpc.response.status_code", "-32007")
+        ]),
+        Discovery::Asked
+    );
+    assert_eq!(
+        of(vec![
+            s("rpc.system", "grpc"),
+            s(
+                "rpc.method",
+                "grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+            ),
+        ]),
+        Discovery::Read
+    );
+}

@@ -1,0 +1,59 @@
+//! Span builders for tests across the crate: prost's owned types, small and explicit.
+
+use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{span::SpanKind, Span};
+
+/// A string attribute.
+pub fn s(key: &str, value: &str) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        key_strindex: 0,
+        value: Some(AnyValue {
+            value: Some(Value::StringValue(value.into())),
+        }),
+    }
+}
+
+/// An integer attribute.
+pub fn i(key: &str, value: i64) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        key_strindex: 0,
+        value: Some(AnyValue {
+            value: Some(Value::IntValue(value)),
+        }),
+    }
+}
+
+/// A CLIENT span with these attributes, 100..120 ns.
+pub fn span(name: &str, attributes: Vec<KeyValue>) -> Span {
+    Span {
+        name: name.into(),
+        kind: SpanKind::Client as i32,
+        start_time_unix_nano: 100,
+        end_time_unix_nano: 120,
+        attributes,
+        trace_id: vec![1; 16],
+        span_id: vec![2; 8],
+        ..Default::default()
+    }
+}
+
+/// An attribute holding an array of strings, as a captured HTTP header.
+pub fn strings(key: &str, values: &[&str]) -> KeyValue {
+    use opentelemetry_proto::tonic::common::v1::ArrayValue;
+    KeyValue {
+        key: key.into(),
+        key_strindex: 0,
+        value: Some(AnyValue {
+            value: Some(Value::ArrayValue(ArrayValue {
+                values: values
+                    .iter()
+                    .map(|v| AnyValue {
+                        value: Some(Value::StringValue((*v).into())),
+                    })
+                    .collect(),
+            })),
+        }),
+    }
+}
