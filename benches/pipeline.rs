@@ -11,10 +11,12 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
 use refusal_gate::classify::Kind;
 use refusal_gate::classify::{self, Outcome};
+use refusal_gate::clock;
 use refusal_gate::config::{Config, TrackerConfig};
 use refusal_gate::discovery::Declared;
 use refusal_gate::extract::{self, Discovery};
-use refusal_gate::receiver::{wire, Encoding, Pipeline, Transport};
+use refusal_gate::otlp::wire;
+use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
 use refusal_gate::tracker::{Event, GroupId, Observation, Tracker};
 use refusal_gate::workload;
 use std::hint::black_box;
@@ -32,10 +34,10 @@ fn warm_pipeline(bodies: &[Vec<u8>]) -> Pipeline {
     let pipeline = Pipeline::from_config(&Config::default());
     for body in bodies {
         pipeline
-            .handle(Transport::Grpc, body, Encoding::Protobuf)
+            .handle(Transport::Grpc, body, Encoding::Protobuf, clock::now())
             .expect("valid");
     }
-    pipeline.settle(true);
+    pipeline.settle(true, clock::now());
     pipeline
 }
 
@@ -152,7 +154,12 @@ fn stages(c: &mut Criterion) {
                     &mut next,
                     |body| {
                         pipeline
-                            .handle(Transport::Grpc, black_box(&body), Encoding::Protobuf)
+                            .handle(
+                                Transport::Grpc,
+                                black_box(&body),
+                                Encoding::Protobuf,
+                                clock::now(),
+                            )
                             .expect("valid")
                     },
                     BatchSize::SmallInput,

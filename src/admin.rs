@@ -7,7 +7,7 @@
 //! counters never go down.
 
 use crate::access::Tokens;
-use crate::receiver::Pipeline;
+use crate::pipeline::Pipeline;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -59,7 +59,7 @@ pub fn router(
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
-    admin.pipeline.settle(true);
+    admin.pipeline.settle(true, crate::clock::now());
     admin
         .pipeline
         .metrics()
@@ -75,7 +75,7 @@ async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
 
 /// The firing alerts, in the shape of Prometheus's `/api/v1/alerts`.
 async fn alerts(State(admin): State<Admin>) -> impl IntoResponse {
-    admin.pipeline.settle(true);
+    admin.pipeline.settle(true, crate::clock::now());
     let firing = admin.pipeline.alerter().firing(crate::clock::now());
     let alerts: Vec<serde_json::Value> = crate::alert::delivery::to_json(&firing, "")
         .as_array()

@@ -18,7 +18,8 @@ use crate::export;
 use crate::gate::grpc::Gate;
 use crate::gate::proto::refusal_gate_server::RefusalGateServer;
 use crate::metrics::Metrics;
-use crate::receiver::{grpc, http, Pipeline};
+use crate::pipeline::Pipeline;
+use crate::receiver::{grpc, http};
 use crate::tls::{self, Tls};
 use crate::tracker::Tracker;
 use anyhow::Context;
@@ -205,7 +206,7 @@ fn read_state(path: &std::path::Path) -> Option<crate::state::State> {
 
 /// Writes the tracker's state to `path`; a failure is logged (the next write may succeed).
 fn write_state(pipeline: &Pipeline, path: &std::path::Path) {
-    let state = pipeline.state();
+    let state = crate::state::snapshot(pipeline, crate::clock::now());
     let groups = state.groups.len();
     match crate::state::write(path, &state) {
         Ok(()) => tracing::debug!(path = %path.display(), groups, "State file written."),
@@ -320,7 +321,7 @@ impl Server {
         }
         let pipeline = Arc::new(pipeline);
         if let Some(state) = restored {
-            let keys = pipeline.restore(state);
+            let keys = crate::state::restore(&pipeline, state);
             tracing::info!(keys, "Tracker state restored from the state file.");
         }
         for report in &reports {
@@ -401,7 +402,7 @@ impl Server {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                sweep_pipeline.sweep();
+                sweep_pipeline.sweep(crate::clock::now());
             }
         });
 
@@ -542,7 +543,7 @@ impl Server {
         {
             task.abort();
         }
-        self.pipeline.settle(true);
+        self.pipeline.settle(true, crate::clock::now());
         if let Some(task) = self.state_writer {
             task.abort();
         }

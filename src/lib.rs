@@ -20,6 +20,7 @@ pub mod extract;
 pub mod gate;
 pub mod metrics;
 pub mod otlp;
+pub mod pipeline;
 pub mod receiver;
 pub mod replay;
 pub mod retry;

@@ -11,7 +11,8 @@
 use crate::config::{Config, MetricsConfig};
 use crate::discovery::loader::{self, Catalog};
 use crate::metrics::Metrics;
-use crate::receiver::{decode, Encoding, Pipeline, Transport};
+use crate::otlp::{json, wire};
+use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use crate::tracker::Tracker;
 use crate::tracker::Violation;
 use serde::Serialize;
@@ -230,6 +231,8 @@ pub struct Replay {
     pipeline: Pipeline,
     bad: Vec<BadLine>,
     malformed: u64,
+    /// The latest span time replayed so far: the tracker's clock.
+    latest: crate::clock::Nanos,
 }
 
 /// Bad lines kept for reporting; the rest are only counted.
@@ -262,6 +265,7 @@ impl Replay {
             ),
             bad: Vec::new(),
             malformed: 0,
+            latest: 0,
         }
     }
 
@@ -299,16 +303,18 @@ impl Replay {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            match decode(&line, Encoding::Json) {
-                Ok(batch) => {
-                    let now = batch
-                        .resources
-                        .iter()
-                        .flat_map(|(_, spans)| spans.iter().map(|s| s.end_time_unix_nano))
-                        .max()
-                        .unwrap_or(0);
-                    self.pipeline.ingest(Transport::Http, &batch, now);
-                }
+            // The tracker's clock follows span time: each line is taken at its latest end.
+            let replayed = json::to_protobuf(&line)
+                .map_err(IngestError::from)
+                .and_then(|(protobuf, _)| {
+                    let now = wire::latest_end(&protobuf).max(self.latest);
+                    self.latest = now;
+                    let encoding = Encoding::Protobuf;
+                    self.pipeline
+                        .handle(Transport::Http, &protobuf, encoding, now)
+                });
+            match replayed {
+                Ok(_) => {}
                 Err(e) => {
                     self.malformed += 1;
                     if self.bad.len() < BAD_LINES_KEPT {
@@ -329,7 +335,7 @@ impl Replay {
 
     /// Settles everything and builds the report; returns it with the malformed lines.
     pub fn finish(self) -> (Report, Vec<BadLine>) {
-        self.pipeline.finish();
+        self.pipeline.finish(self.latest);
         let mut report = Report::from_metrics(self.pipeline.metrics());
         report.malformed_lines = self.malformed;
         (report, self.bad)

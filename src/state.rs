@@ -9,10 +9,13 @@
 //! corrupt, or has another format or version is reported and ignored: the process starts
 //! with an empty tracker, never fails to start because of it.
 
+use crate::clock::Nanos;
+use crate::pipeline::Pipeline;
 use crate::tracker::GroupState;
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashMap};
 use std::io::{BufReader, BufWriter};
 use std::path::Path;
 
@@ -91,7 +94,44 @@ pub fn read(path: &Path) -> Result<State, String> {
     serde_json::from_reader(open()?).map_err(|e| format!("corrupt: {e}"))
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    crate::clock::now() / 1_000_000
+/// The state of `pipeline`'s tracker at `now`, for the state file: every group, with the
+/// (client, interface) names of the label handles they use.
+pub fn snapshot(pipeline: &Pipeline, now: Nanos) -> State {
+    let groups = pipeline.tracker().export();
+    let handles: BTreeSet<u32> = groups.iter().map(|g| g.labels).collect();
+    let labels = handles
+        .into_iter()
+        .filter_map(|id| {
+            let (client, interface) = pipeline.metrics().label_names(id)?;
+            Some((id, client.to_string(), interface.to_string()))
+        })
+        .collect();
+    State {
+        format: FORMAT.to_owned(),
+        version: VERSION,
+        seed: pipeline.seed(),
+        saved_at_unix_ms: now / 1_000_000,
+        labels,
+        groups,
+    }
+}
+
+/// Gives `pipeline` (hashing with the seed `state` was written with: see
+/// [`Pipeline::with_seed`]) the tracker state read from a state file; returns how many keys
+/// it took.
+pub fn restore(pipeline: &Pipeline, state: State) -> usize {
+    let names: HashMap<u32, (String, String)> = state
+        .labels
+        .into_iter()
+        .map(|(id, c, i)| (id, (c, i)))
+        .collect();
+    let metrics = pipeline.metrics();
+    let taken = pipeline
+        .tracker()
+        .import(state.groups, |old| match names.get(&old) {
+            Some((c, i)) => metrics.labels(pipeline.id(c.as_str()), c, pipeline.id(i.as_str()), i),
+            None => metrics.labels(0, "unknown_service", 0, "unknown"),
+        });
+    metrics.set_tracker_keys(pipeline.tracker().keys());
+    taken
 }

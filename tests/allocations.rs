@@ -10,9 +10,12 @@ use common::{export, http_span};
 use refusal_gate::config::Config;
 use refusal_gate::discovery::loader::Catalog;
 use refusal_gate::metrics::Metrics;
-use refusal_gate::receiver::{Encoding, Pipeline, Transport};
+use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
 use refusal_gate::tracker::Tracker;
 use std::sync::Arc;
+
+/// The tracker's clock throughout: any time will do, the same for every run.
+const NOW: u64 = common::T0;
 
 fn pipeline() -> Pipeline {
     let config = Config::default();
@@ -49,12 +52,12 @@ fn request(spans: u64, round: u64) -> Vec<u8> {
 /// Allocations made by ingesting round 1 of `spans` keys, after round 0 warmed them.
 fn ingest_allocations(spans: u64) -> u64 {
     let p = pipeline();
-    p.handle(Transport::Grpc, &request(spans, 0), Encoding::Protobuf)
+    p.handle(Transport::Grpc, &request(spans, 0), Encoding::Protobuf, NOW)
         .expect("valid");
-    p.settle(true);
+    p.settle(true, NOW);
     let body = request(spans, 1);
     let info = allocation_counter::measure(|| {
-        p.handle(Transport::Grpc, &body, Encoding::Protobuf)
+        p.handle(Transport::Grpc, &body, Encoding::Protobuf, NOW)
             .expect("valid");
     });
     info.count_total
@@ -74,12 +77,12 @@ fn ingesting_known_keys_allocates_nothing_per_span() {
 fn counting_settled_attempts_allocates_nothing_per_span() {
     let settle_allocations = |spans: u64| {
         let p = pipeline();
-        p.handle(Transport::Grpc, &request(spans, 0), Encoding::Protobuf)
+        p.handle(Transport::Grpc, &request(spans, 0), Encoding::Protobuf, NOW)
             .expect("valid");
-        p.settle(true);
-        p.handle(Transport::Grpc, &request(spans, 1), Encoding::Protobuf)
+        p.settle(true, NOW);
+        p.handle(Transport::Grpc, &request(spans, 1), Encoding::Protobuf, NOW)
             .expect("valid");
-        allocation_counter::measure(|| p.settle(true)).count_total
+        allocation_counter::measure(|| p.settle(true, NOW)).count_total
     };
     let (small, large) = (settle_allocations(100), settle_allocations(1000));
     // The events buffer grows with the number of attempts (amortised doubling), so a

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use refusal_gate::config::Config;
-use refusal_gate::receiver::{Encoding, Pipeline, Transport};
+use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
 use std::sync::LazyLock;
 
 /// One pipeline on the default configuration for the whole run, so that state built by
@@ -12,5 +12,5 @@ use std::sync::LazyLock;
 static PIPELINE: LazyLock<Pipeline> = LazyLock::new(|| Pipeline::from_config(&Config::default()));
 
 fuzz_target!(|data: &[u8]| {
-    let _ = PIPELINE.handle(Transport::Http, data, Encoding::Json);
+    let _ = PIPELINE.handle(Transport::Http, data, Encoding::Json, 1);
 });

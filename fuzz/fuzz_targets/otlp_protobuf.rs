@@ -7,7 +7,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use refusal_gate::config::Config;
-use refusal_gate::receiver::{self, Encoding, Pipeline, Transport};
+use refusal_gate::otlp::frame;
+use refusal_gate::otlp::tags::SpanTags;
+use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
 use std::sync::LazyLock;
 
 /// One pipeline on the default configuration for the whole run, so that state built by
@@ -15,14 +17,14 @@ use std::sync::LazyLock;
 static PIPELINE: LazyLock<Pipeline> = LazyLock::new(|| Pipeline::from_config(&Config::default()));
 
 fuzz_target!(|data: &[u8]| {
-    let _ = PIPELINE.handle(Transport::Grpc, data, Encoding::Protobuf);
-    if receiver::frame_check(data).is_ok() {
-        let mut tags = Vec::new();
-        let (_, malformed_at) = PIPELINE.ingest_wire(Transport::Grpc, data, 1, Some(&mut tags));
-        let forwarded = receiver::tag(data, &malformed_at, &tags)
+    let _ = PIPELINE.handle(Transport::Grpc, data, Encoding::Protobuf, 1);
+    if frame::check(data).is_ok() {
+        let mut tags = SpanTags::default();
+        let (_, malformed_at) = PIPELINE.ingest(Transport::Grpc, data, 0, 1, Some(&mut tags));
+        let forwarded = frame::retag(data, &malformed_at, &tags)
             .expect("a request whose framing holds is re-framed");
         assert!(
-            receiver::frame_check(&forwarded).is_ok(),
+            frame::check(&forwarded).is_ok(),
             "the re-framed request's framing holds"
         );
     }

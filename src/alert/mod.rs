@@ -7,7 +7,7 @@
 
 pub mod delivery;
 
-use crate::tracker::{Nanos, Violation};
+use crate::tracker::{Event, Nanos, Violation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
@@ -96,6 +96,41 @@ impl Alert {
             ("violation", self.violation.as_str()),
         ]
     }
+}
+
+/// The alert a tracker event raises at `now`: one for every counted violation whose
+/// (client, interface) labels `names` knows (by the event's labels handle).
+pub fn of_event(
+    event: &Event,
+    now: Nanos,
+    names: impl FnOnce(u32) -> Option<(Arc<str>, Arc<str>)>,
+) -> Option<Alert> {
+    let Event::Counted {
+        labels,
+        violation: Some(violation),
+        operation,
+        trace_id,
+        span_id,
+        ..
+    } = event
+    else {
+        return None;
+    };
+    let (client, interface) = names(*labels)?;
+    Some(Alert {
+        key: AlertKey {
+            alertname: violation.alert_name(),
+            client,
+            interface,
+        },
+        severity: Severity::of(*violation),
+        violation: *violation,
+        operation: operation.clone().unwrap_or_else(|| Arc::from("")),
+        trace_id: *trace_id,
+        span_id: *span_id,
+        starts_at: now,
+        ends_at: now,
+    })
 }
 
 /// What raising an alert did.

@@ -23,6 +23,19 @@ pub const DEFAULT_DISCOVERY_PATHS: &[&str] = &[
     "/openapi.yaml",
 ];
 
+/// The gRPC reflection services.
+const REFLECTION_SERVICES: &[&str] = &[
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
+];
+
+/// Whether a gRPC service is server reflection.
+pub fn is_reflection(service: &str) -> bool {
+    REFLECTION_SERVICES
+        .iter()
+        .any(|svc| service.starts_with(svc))
+}
+
 /// The name of the interface of attempts that name no server.
 pub const UNKNOWN_INTERFACE: &str = "unknown";
 
@@ -255,7 +268,7 @@ impl Interfaces {
     /// exactly one does; for server reflection, which every server serves, the one configured
     /// `grpc` interface when there is exactly one; else `unknown`.
     pub fn resolve_grpc(&self, service: &str) -> InterfaceRef<'static> {
-        let owner = if crate::extract::is_reflection(service) {
+        let owner = if is_reflection(service) {
             self.grpc_only
         } else {
             self.grpc_services.get(service).copied().flatten()

@@ -6,8 +6,7 @@
 //! or from prost's owned types (JSON, replay). It does not classify, log, count or look at
 //! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
-use crate::classify::Outcome;
-use crate::discovery::{InterfaceRef, Interfaces};
+use crate::discovery::{is_reflection, InterfaceRef, Interfaces};
 pub use crate::otlp::{SpanView, Val};
 use crate::url::{self, Origin};
 use opentelemetry_proto::tonic::common::v1::KeyValue;
@@ -544,12 +543,6 @@ const DISCOVERY_METHODS: &[&str] = &[
     "agent/getAuthenticatedExtendedCard",
 ];
 
-/// The gRPC reflection services.
-const REFLECTION_SERVICES: &[&str] = &[
-    "grpc.reflection.v1.ServerReflection",
-    "grpc.reflection.v1alpha.ServerReflection",
-];
-
 /// What an attempt did with its interface's discovery document (DESIGN §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Discovery {
@@ -564,17 +557,17 @@ pub enum Discovery {
     Read,
 }
 
-/// How `attempt`, which ended with `outcome`, used `interface`'s discovery document: a GET of
-/// a discovery path, an MCP or A2A discovery method, or gRPC server reflection; read when it
-/// succeeded (and a GET's status was 2xx).
+/// How `attempt` used `interface`'s discovery document: a GET of a discovery path, an MCP or
+/// A2A discovery method, or gRPC server reflection; read when it `succeeded` (classified `ok`)
+/// and, for a GET, its status was 2xx.
 pub fn discovery(
     attempt: &Attempt<'_>,
-    outcome: Outcome,
+    succeeded: bool,
     interfaces: &Interfaces,
     interface: InterfaceRef<'_>,
 ) -> Discovery {
     let read_if = |ok: bool| {
-        if ok && outcome == Outcome::Ok {
+        if ok && succeeded {
             Discovery::Read
         } else {
             Discovery::Asked
@@ -605,13 +598,6 @@ pub fn discovery(
     } else {
         Discovery::None
     }
-}
-
-/// Whether a gRPC service is server reflection.
-pub fn is_reflection(service: &str) -> bool {
-    REFLECTION_SERVICES
-        .iter()
-        .any(|svc| service.starts_with(svc))
 }
 
 /// Room for a gRPC attempt's path, `/package.Service/Method`, built without the heap

@@ -487,7 +487,12 @@ fn discovery_is_asked_for_whatever_the_answer_and_read_on_success() {
         let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
         let (outcome, _) = crate::classify::outcome(a.family, &a.signal);
         let origin = a.origin.as_ref().map(Origin::as_str);
-        discovery(&a, outcome, &interfaces, interfaces.resolve(origin, a.path))
+        discovery(
+            &a,
+            outcome == crate::classify::Outcome::Ok,
+            &interfaces,
+            interfaces.resolve(origin, a.path),
+        )
     };
     let get = |path: &str, status: i64| {
         vec![

@@ -9,7 +9,7 @@ use super::{Asker, Filter, LastResponse, Protocol, Question};
 use crate::access::Tokens;
 use crate::alert::Alert;
 use crate::clock;
-use crate::receiver::Pipeline;
+use crate::pipeline::Pipeline;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

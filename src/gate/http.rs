@@ -6,7 +6,7 @@
 
 use super::{Filter, Question};
 use crate::clock;
-use crate::receiver::Pipeline;
+use crate::pipeline::Pipeline;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};

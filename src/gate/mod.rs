@@ -1,10 +1,11 @@
 //! The Gate API: an agent asks, before it retries, whether it should (`proto/refusal_gate/v1/
 //! gate.proto`; gRPC on the OTLP/gRPC port, an HTTP mirror on the admin port).
 //!
-//! Core: pure. A [`Question`] is turned into the client span its call would produce
-//! ([`QuestionSpan`]), which goes through the same extraction, classification and tracker
-//! state as every span ([`crate::receiver::Pipeline::assess`]): there is no second
-//! implementation of the decision table. [`answer`] then adds what only a question needs: the
+//! Not pure: the Gate answers from the live pipeline, and an observed question is tracked and
+//! counted. A [`Question`] is turned into the client span its call would produce
+//! ([`QuestionSpan`]), which goes through the same extraction, placing, classification and
+//! tracker state as every span ([`assess`]): there is no second implementation of the
+//! decision table. [`answer`] then adds what only a question needs: the
 //! backoff and budget left for a retry, the discovery document to fetch, and the declared
 //! interfaces to route to instead. [`grpc`] and [`http`] are the thin edges.
 
@@ -14,9 +15,10 @@ pub mod proto;
 
 use crate::alert::{Alert, Severity};
 use crate::classify::{Class, Decision, Kind};
+use crate::clock::Nanos;
 use crate::config::Protocol as InterfaceProtocol;
 use crate::extract::{self, Client, SpanView, Val};
-use crate::receiver::{Assessment, Pipeline};
+use crate::pipeline::Pipeline;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -262,6 +264,72 @@ pub fn span_of<'q>(q: &'q Question, url: &'q str, now: u64, id: u64) -> Question
     }
 }
 
+/// What the pipeline says of an attempt put as a question ([`assess`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assessment {
+    /// Its kind, as a span with the same signal gets it.
+    pub kind: Kind,
+    /// The rule that fired, as spans are tagged (`refusal_gate.reason`).
+    pub rule: String,
+    /// Its interface's name.
+    pub interface: String,
+    /// The client's latest attempt of the same operation: its kind and number in a row.
+    pub last: Option<(Kind, u32)>,
+    /// Which attempt in a row of failures this is.
+    pub attempt: u32,
+    /// Whether it was tracked and counted.
+    pub observed: bool,
+    /// Other interfaces that declare the path: (name, URL, protocol).
+    pub alternatives: Vec<(String, String, InterfaceProtocol)>,
+    /// The interface's discovery document path, when one is known.
+    pub discovery_path: Option<String>,
+}
+
+/// Assesses one attempt put as a question at `now`, with the same placing and classifier and
+/// the live tracker state that spans get. With `observe`, and a response to observe, the
+/// attempt is tracked and counted exactly as its span would be.
+pub fn assess(
+    pipeline: &Pipeline,
+    attempt: &extract::Attempt<'_>,
+    answered: bool,
+    observe: bool,
+    now: Nanos,
+) -> Assessment {
+    let interfaces = pipeline.catalog().current();
+    let mut client = pipeline.client_ids(attempt.client);
+    let p = pipeline.place(&interfaces, attempt, client.id);
+    let peek = pipeline
+        .tracker()
+        .peek(&p.group, p.operation, attempt.start);
+    let base = Assessment {
+        kind: crate::classify::classify(p.outcome, p.declared, peek.read_before).kind,
+        rule: p.reason.to_string(),
+        interface: p.interface_name.to_owned(),
+        last: peek.last,
+        attempt: peek
+            .last
+            .map_or(1, |(kind, n)| if kind == Kind::Ok { 1 } else { n + 1 }),
+        observed: false,
+        alternatives: match attempt.path_or_grpc(&mut None) {
+            Some(path) => interfaces.alternatives(p.interface, path),
+            None => Vec::new(),
+        },
+        discovery_path: interfaces.discovery_path(p.interface).map(str::to_owned),
+    };
+    if !(observe && answered) {
+        return base;
+    }
+    match pipeline.observe(attempt, &p, &mut client, now) {
+        Some(j) => Assessment {
+            kind: j.kind,
+            attempt: j.attempt,
+            observed: true,
+            ..base
+        },
+        None => base,
+    }
+}
+
 /// Answers `q` with `pipeline`'s classifier and tracker state; `id` makes an observed
 /// call's span id unique.
 ///
@@ -316,7 +384,13 @@ pub fn decide(
         .as_ref()
         .map(|r| r.retry_after_ms.saturating_mul(1_000_000))
         .filter(|d| *d > 0);
-    let assessed = pipeline.assess(&attempt, q.last_response.is_some(), q.observe);
+    let assessed = assess(
+        pipeline,
+        &attempt,
+        q.last_response.is_some(),
+        q.observe,
+        now,
+    );
     let origin = attempt.origin.as_ref().map(|o| o.as_str().to_owned());
     let default_discovery = match q.protocol {
         Protocol::A2a => Some("/.well-known/agent-card.json"),

@@ -1,11 +1,15 @@
-//! OTLP, the protocol: reading spans from the protobuf bytes ([`wire`]), and the views of a
-//! span and its values that extraction reads ([`span`]).
+//! OTLP, the protocol: reading spans from the protobuf bytes ([`wire`]) and the views of a
+//! span and its values that extraction reads ([`span`]); a request's framing, checked and
+//! re-framed with tags ([`frame`], [`tags`]); OTLP/JSON turned into protobuf ([`json`]).
 //!
 //! Core: pure protocol code. It knows nothing of the pipeline, the tracker or the sockets.
 
 #[cfg(test)]
 pub(crate) mod fixtures;
+pub mod frame;
+pub mod json;
 pub mod span;
+pub mod tags;
 pub mod wire;
 
 pub use span::{Array, SpanView, Val};

@@ -109,6 +109,49 @@ fn fields(bytes: &[u8]) -> Fields<'_> {
     Fields { rest: bytes }
 }
 
+/// The latest end time (Unix nanoseconds) of the spans of an export request, 0 when it has
+/// none: the tracker's clock when a recording is replayed.
+pub fn latest_end(body: &[u8]) -> u64 {
+    each(body, 1)
+        .map_while(Result::ok)
+        .flat_map(|rs| each(rs, 2).map_while(Result::ok))
+        .flat_map(|ss| each(ss, 2).map_while(Result::ok))
+        .filter_map(|span| SpanRef::parse(span).ok())
+        .map(|span| span.end())
+        .max()
+        .unwrap_or(0)
+}
+
+/// One field as it stands in its message: its number, all of its bytes (key included), and
+/// for a length-delimited field its payload. What re-framing copies or descends into.
+#[derive(Debug, Clone, Copy)]
+pub struct RawField<'a> {
+    /// The field number.
+    pub number: u32,
+    /// The whole field, key and value.
+    pub raw: &'a [u8],
+    /// The payload of a length-delimited field; `None` for any other wire type.
+    pub payload: Option<&'a [u8]>,
+}
+
+/// The fields of one message as they stand, stopping at broken framing: the same reader as
+/// the hot path's, so what the frame check accepts, re-framing reads alike.
+pub fn raw_fields(bytes: &[u8]) -> impl Iterator<Item = Result<RawField<'_>, Broken>> + '_ {
+    let mut fields = fields(bytes);
+    std::iter::from_fn(move || {
+        let before = fields.rest;
+        let item = fields.next()?;
+        Some(item.map(|(number, value)| RawField {
+            number,
+            raw: &before[..before.len() - fields.rest.len()],
+            payload: match value {
+                Wire::Bytes(b) => Some(b),
+                _ => None,
+            },
+        }))
+    })
+}
+
 /// The length-delimited fields numbered `wanted`, stopping at broken framing.
 pub fn each<'a>(
     bytes: &'a [u8],

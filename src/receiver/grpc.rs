@@ -7,9 +7,9 @@
 //! A request without a valid bearer token (when tokens are configured) is answered
 //! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`.
 
-use super::{Encoding, IngestError, Pipeline, Transport};
 use crate::access::{Limit, Tokens};
 use crate::export::EXPORT_PATH;
+use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
@@ -123,7 +123,12 @@ fn export(
     body: &[u8],
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
     let summary = pipeline
-        .handle(Transport::Grpc, body, Encoding::Protobuf)
+        .handle(
+            Transport::Grpc,
+            body,
+            Encoding::Protobuf,
+            crate::clock::now(),
+        )
         .map_err(|e| status(&e))?;
     let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),

@@ -10,8 +10,8 @@
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
 //! `google.rpc.Status` body; 405 for other methods; 404 for other signals and paths.
 
-use super::{Encoding, IngestError, Pipeline, Transport};
 use crate::access::{Limit, Tokens};
+use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -92,7 +92,10 @@ async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
         Ok(body) => body,
         Err(e) => return refuse(&rx, encoding, &e),
     };
-    let summary = match rx.pipeline.handle(Transport::Http, &body, encoding) {
+    let summary = match rx
+        .pipeline
+        .handle(Transport::Http, &body, encoding, crate::clock::now())
+    {
         Ok(summary) => summary,
         // `handle` counted it already.
         Err(e) => return answer_error(encoding, &e),

@@ -1,0 +1,162 @@
+//! Why a whole request was refused, and what each transport answers for it: the one place
+//! that maps ingest errors to OTLP/HTTP statuses and OTLP/gRPC codes, as OTLP specifies them.
+//!
+//! Core: plain data.
+
+/// Why a whole request was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    /// The body is not an OTLP traces request.
+    #[error("malformed {encoding} request: {detail}")]
+    Malformed {
+        /// `protobuf` or `json`.
+        encoding: &'static str,
+        /// What the decoder said.
+        detail: String,
+    },
+    /// The body, as sent or inflated, is larger than allowed.
+    #[error("request body larger than {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The content type is neither protobuf nor JSON.
+    #[error("unsupported content type {0:?}: use application/x-protobuf or application/json")]
+    UnsupportedMediaType(String),
+    /// The content encoding is neither identity nor gzip.
+    #[error("unsupported content encoding {0:?}: use gzip or none")]
+    UnsupportedEncoding(String),
+    /// The gzip stream is corrupt.
+    #[error("invalid gzip body: {0}")]
+    BadGzip(String),
+    /// No valid bearer token.
+    #[error("missing or invalid bearer token")]
+    Unauthenticated,
+    /// The receiver has `max_concurrent_requests` in flight: retry after the hint.
+    #[error("too many requests in flight; retry after {}s", retry_after.as_secs())]
+    Busy {
+        /// How long the sender should wait.
+        retry_after: std::time::Duration,
+    },
+    /// The export queue is full: retry after the hint (OTLP's retryable answer).
+    #[error("the export queue is full; retry after {}s", retry_after.as_secs())]
+    Overloaded {
+        /// How long the sender should wait.
+        retry_after: std::time::Duration,
+        /// The spans refused.
+        spans: u64,
+    },
+}
+
+impl IngestError {
+    /// How long the sender should wait before retrying, when it should.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            IngestError::Overloaded { retry_after, .. } | IngestError::Busy { retry_after } => {
+                Some(*retry_after)
+            }
+            _ => None,
+        }
+    }
+
+    /// The `reason` label for refused requests.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            IngestError::Malformed { .. } => "malformed",
+            IngestError::TooLarge { .. } => "too_large",
+            IngestError::UnsupportedMediaType(_) => "unsupported_media_type",
+            IngestError::UnsupportedEncoding(_) => "unsupported_encoding",
+            IngestError::BadGzip(_) => "bad_gzip",
+            IngestError::Overloaded { .. } => "queue_full",
+            IngestError::Unauthenticated => "unauthenticated",
+            IngestError::Busy { .. } => "concurrency_limit",
+        }
+    }
+
+    /// The OTLP/HTTP status.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            IngestError::Malformed { .. } | IngestError::BadGzip(_) => 400,
+            IngestError::TooLarge { .. } => 413,
+            IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
+            IngestError::Overloaded { .. } | IngestError::Busy { .. } => 503,
+            IngestError::Unauthenticated => 401,
+        }
+    }
+
+    /// The OTLP/gRPC status code.
+    pub fn grpc_code(&self) -> tonic::Code {
+        match self {
+            IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
+            IngestError::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
+            IngestError::Overloaded { .. } | IngestError::Busy { .. } => tonic::Code::Unavailable,
+            IngestError::Unauthenticated => tonic::Code::Unauthenticated,
+            _ => tonic::Code::InvalidArgument,
+        }
+    }
+}
+
+/// The encoding of a request body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// `application/x-protobuf`, and gRPC.
+    Protobuf,
+    /// `application/json`: OTLP's JSON mapping.
+    Json,
+}
+
+impl From<crate::otlp::frame::FrameError> for IngestError {
+    fn from(e: crate::otlp::frame::FrameError) -> IngestError {
+        IngestError::Malformed {
+            encoding: "protobuf",
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl From<crate::otlp::json::JsonError> for IngestError {
+    fn from(e: crate::otlp::json::JsonError) -> IngestError {
+        IngestError::Malformed {
+            encoding: "json",
+            detail: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_otlp_answers() {
+        let cases = [
+            (
+                IngestError::Malformed {
+                    encoding: "json",
+                    detail: String::new(),
+                },
+                400,
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                IngestError::BadGzip(String::new()),
+                400,
+                tonic::Code::InvalidArgument,
+            ),
+            (
+                IngestError::TooLarge { limit: 1 },
+                413,
+                tonic::Code::ResourceExhausted,
+            ),
+            (
+                IngestError::UnsupportedMediaType(String::new()),
+                415,
+                tonic::Code::InvalidArgument,
+            ),
+        ];
+        for (e, http, grpc) in cases {
+            assert_eq!(e.http_status(), http, "{e}");
+            assert_eq!(e.grpc_code(), grpc, "{e}");
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! The processor: one export request's bytes in, everything refusal-gate does with them out —
+//! framing checked, spans read in place, extract → classify → track inline, counters, alerts,
+//! and (when forwarding) the request re-framed with each span's tags and queued.
+//!
+//! Thin state around the pure stages: no sockets, no tasks, no clock reads. [`Pipeline::handle`]
+//! is the one entry point for both receivers and both encodings (OTLP/JSON becomes protobuf
+//! first); every method that needs the time takes `now` from its caller — the wall clock when
+//! serving, span time when replaying.
+
+pub mod error;
+pub mod place;
+
+pub use crate::otlp::Transport;
+pub use error::{Encoding, IngestError};
+pub use place::{ClientIds, Placed};
+
+use crate::alert::delivery::Alerter;
+use crate::config::{AlertingConfig, OtlpExporterConfig};
+use crate::discovery::loader::Catalog;
+use crate::discovery::Interfaces;
+use crate::export::{Exporter, Reservation};
+use crate::extract::{self, Attempt};
+use crate::metrics::Metrics;
+use crate::otlp::tags::SpanTags;
+use crate::otlp::{frame, json, wire};
+use crate::tracker::{Event, Judgement, Nanos, Observation, Tracker};
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+
+/// What one request amounted to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Spans accepted (everything that decoded).
+    pub accepted: u64,
+    /// Spans that could not be decoded: OTLP's `rejected_spans`.
+    pub rejected: u64,
+    /// Attempts classified.
+    pub attempts: u64,
+    /// Spans with more attributes than are read (`max_attributes_per_span`).
+    pub truncated: u64,
+}
+
+/// Everything a request needs, shared by the receivers, the admin endpoint and the sweeper.
+pub struct Pipeline {
+    catalog: Arc<Catalog>,
+    tracker: Tracker,
+    metrics: Metrics,
+    alerter: Arc<Alerter>,
+    exporter: Option<Arc<Exporter>>,
+    /// foldhash: a fast keyed hash, seeded at random so ids cannot be aimed at (the seed is
+    /// kept in the state file, so ids survive a restart).
+    hasher: foldhash::fast::FixedState,
+    seed: u64,
+    /// Attributes read per span and per resource.
+    max_attributes: usize,
+}
+
+/// What one request carries through the ingest path.
+struct RequestState<'t> {
+    now: Nanos,
+    events: Vec<Event>,
+    summary: Summary,
+    tags: Option<&'t mut SpanTags>,
+    /// When tagging: the staged attempts' tags that do not depend on the verdict, and a rule
+    /// written out before it is tagged. Grown once, reused for every span.
+    placed: Vec<u8>,
+    reason: String,
+}
+
+/// Bytes of `refusal_gate.*` attributes a span takes, about: what a request's tag buffer
+/// reserves per span, so that filling it in does not grow it.
+const TAG_BYTES: usize = 384;
+
+/// Attempts staged before the tracker takes them together ([`Tracker::observe_all`]):
+/// enough for the cache misses of looking up their keys to overlap, few enough to stay in
+/// the cache.
+const STAGED: usize = 64;
+
+/// One attempt, extracted and placed, waiting for the tracker.
+struct Staged<'a> {
+    obs: Observation,
+    operation: extract::Operation<'a>,
+    /// When tagging: its span's index among the tags, and where its tags that do not depend
+    /// on the verdict stand in [`RequestState::placed`].
+    tag: Option<(usize, std::ops::Range<usize>)>,
+}
+
+impl Pipeline {
+    /// Wires the pure stages to their state.
+    pub fn new(
+        catalog: Arc<Catalog>,
+        tracker: Tracker,
+        metrics: Metrics,
+        alerting: &AlertingConfig,
+    ) -> Pipeline {
+        let (alerts, deliveries) = metrics.alert_counters();
+        // A random seed: the standard library's per-process random keys.
+        let seed = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            "refusal-gate",
+        );
+        Pipeline {
+            catalog,
+            tracker,
+            metrics,
+            alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
+            exporter: None,
+            hasher: foldhash::fast::FixedState::with_seed(seed),
+            seed,
+            max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
+        }
+    }
+
+    /// A pipeline on `config` alone: its interfaces (no discovery document loaded), tracker,
+    /// metrics, alerting and attribute limit, no exporter. What the benchmarks and the fuzz
+    /// targets build on.
+    pub fn from_config(config: &crate::config::Config) -> Pipeline {
+        Pipeline::new(
+            Arc::new(Catalog::new(config.interfaces.clone(), Default::default())),
+            Tracker::new(&config.tracker),
+            Metrics::new(&config.metrics),
+            &config.alerting,
+        )
+        .with_max_attributes(config.receivers.otlp.max_attributes_per_span)
+    }
+
+    /// Hashes with `seed` (the one a state file was written with).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Pipeline {
+        self.hasher = foldhash::fast::FixedState::with_seed(seed);
+        self.seed = seed;
+        self
+    }
+
+    /// Reads at most `n` attributes of each span and resource; the rest are skipped unread
+    /// and the span counted in `refusal_gate_receiver_truncated_spans_total`.
+    #[must_use]
+    pub fn with_max_attributes(mut self, n: usize) -> Pipeline {
+        self.max_attributes = n;
+        self
+    }
+
+    /// Forwards what it ingests through `exporter` (built from this pipeline's metrics).
+    #[must_use]
+    pub fn with_exporter(mut self, config: &OtlpExporterConfig) -> Pipeline {
+        self.exporter = Some(Arc::new(Exporter::new(
+            config.clone(),
+            self.metrics.export_metrics(),
+        )));
+        self
+    }
+
+    /// The seed of [`Pipeline::id`], for the state file.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The pipeline's keyed hash: the ids of clients, interfaces and operations.
+    pub fn id(&self, value: impl Hash) -> u64 {
+        self.hasher.hash_one(value)
+    }
+
+    /// The metrics registry.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The exporter, when forwarding is on.
+    pub fn exporter(&self) -> Option<&Arc<Exporter>> {
+        self.exporter.as_ref()
+    }
+
+    /// The alerter.
+    pub fn alerter(&self) -> &Arc<Alerter> {
+        &self.alerter
+    }
+
+    /// The interfaces and their documents.
+    pub fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    /// The tracker.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// One export request, from either receiver, at `now`: framing checked (OTLP/JSON made
+    /// protobuf first), room reserved to forward it, its spans run through extract → classify
+    /// → track inline, tagged and queued. Counts what it refuses.
+    ///
+    /// # Errors
+    /// An [`IngestError`] that the receiver turns into its transport's answer.
+    pub fn handle(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        encoding: Encoding,
+        now: Nanos,
+    ) -> Result<Summary, IngestError> {
+        let started = std::time::Instant::now();
+        let result = self.handle_inner(transport, body, encoding, now);
+        match &result {
+            Ok(_) => self
+                .metrics
+                .batch_duration(transport, started.elapsed().as_secs_f64()),
+            Err(IngestError::Overloaded { spans, .. }) => {
+                self.metrics.refused_spans(transport, "queue_full", *spans);
+            }
+            Err(e) => self.metrics.refused_request(transport, e.reason()),
+        }
+        result
+    }
+
+    fn handle_inner(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        encoding: Encoding,
+        now: Nanos,
+    ) -> Result<Summary, IngestError> {
+        let converted;
+        let (body, left_out) = match encoding {
+            Encoding::Protobuf => (body, 0),
+            Encoding::Json => {
+                let (protobuf, left_out) = json::to_protobuf(body)?;
+                converted = protobuf;
+                (&converted[..], left_out)
+            }
+        };
+        let spans = frame::check(body)?;
+        let Some(exporter) = &self.exporter else {
+            // The hot path: spans are read in place, nothing is materialised.
+            return Ok(self.ingest(transport, body, left_out, now, None).0);
+        };
+        let reservation = exporter.reserve(spans);
+        if reservation == Reservation::Refused {
+            return Err(IngestError::Overloaded {
+                retry_after: crate::export::RETRY_HINT,
+                spans: spans as u64,
+            });
+        }
+        let mut tags = SpanTags::with_capacity(spans, TAG_BYTES);
+        let (summary, malformed_at) = self.ingest(transport, body, left_out, now, Some(&mut tags));
+        if reservation == Reservation::Granted {
+            let forwarded = spans - malformed_at.len();
+            exporter.release(malformed_at.len());
+            match frame::retag(body, &malformed_at, &tags) {
+                Ok(tagged) => exporter.push(tagged, forwarded),
+                Err(e) => {
+                    // The framing was checked first, on the same reader: this cannot happen.
+                    exporter.release(forwarded);
+                    tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Runs a protobuf request whose framing [`frame::check`] accepted through extract →
+    /// classify → track, reading every span in place, and records it; `left_out` spans were
+    /// rejected before (OTLP/JSON's that did not deserialize). With `tags`, adds every span
+    /// that decoded, in order, with the encoded `refusal_gate.*` attributes to append to it
+    /// (none for spans that are not attempts, were tagged upstream, or were already seen).
+    /// Returns the summary and where the spans that could not be read stood (for
+    /// [`frame::retag`]).
+    pub fn ingest(
+        &self,
+        transport: Transport,
+        body: &[u8],
+        left_out: u64,
+        now: Nanos,
+        tags: Option<&mut SpanTags>,
+    ) -> (Summary, Vec<u32>) {
+        let interfaces = self.catalog.current();
+        let mut request = RequestState {
+            now,
+            events: Vec::new(),
+            summary: Summary {
+                rejected: left_out,
+                ..Summary::default()
+            },
+            tags,
+            placed: Vec::new(),
+            reason: String::new(),
+        };
+        let mut staged = Vec::with_capacity(STAGED);
+        let mut malformed_at = Vec::new();
+        let mut seen = 0u32;
+        for resource_spans in wire::each(body, 1).map_while(Result::ok) {
+            let client = match wire::ResourceRef::of(resource_spans) {
+                Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
+                Err(_) => extract::client(|_| {}),
+            };
+            let mut client = self.client_ids(client);
+            for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+                for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
+                    let at = seen;
+                    seen = seen.saturating_add(1);
+                    let Ok(span) = wire::SpanRef::parse(bytes) else {
+                        malformed_at.push(at);
+                        request.summary.rejected += 1;
+                        continue;
+                    };
+                    self.stage(&mut request, &interfaces, &mut client, &span, &mut staged);
+                }
+            }
+            self.flush(&mut request, &mut staged);
+        }
+        self.finish_request(transport, &request.summary, &request.events, now);
+        (request.summary, malformed_at)
+    }
+
+    /// Tracks and counts one attempt as its span would be (the Gate API's observed
+    /// questions), at `now`; `None` when the same span was seen before.
+    pub fn observe(
+        &self,
+        attempt: &Attempt<'_>,
+        placed: &Placed<'_>,
+        client: &mut ClientIds<'_>,
+        now: Nanos,
+    ) -> Option<Judgement> {
+        let mut events = Vec::new();
+        let labels = self.labels(client, placed.group.interface, placed.interface_name);
+        let obs = place::observation(placed, attempt, labels);
+        let judged = self
+            .tracker
+            .observe(now, &obs, &attempt.operation, &mut events);
+        if judged.is_none() {
+            self.metrics.span_skipped("duplicate");
+        }
+        self.record(&events, now);
+        judged
+    }
+
+    /// Records what the tracker reported at `now`: counters, and an alert for every
+    /// violation.
+    fn record(&self, events: &[Event], now: Nanos) {
+        self.metrics.record(events);
+        for event in events {
+            if let Some(alert) =
+                crate::alert::of_event(event, now, |labels| self.metrics.label_names(labels))
+            {
+                self.alerter.raise(now, alert);
+            }
+        }
+    }
+
+    /// Extracts one span and, when it is an attempt, places it and stages it for the
+    /// tracker (which takes the staged attempts when there are [`STAGED`] of them, or the
+    /// resource ends); reserves its place among the tags when asked for them.
+    fn stage<'a>(
+        &self,
+        r: &mut RequestState<'_>,
+        interfaces: &'a Interfaces,
+        client: &mut ClientIds<'a>,
+        span: &dyn extract::SpanView<'a>,
+        staged: &mut Vec<Staged<'a>>,
+    ) {
+        r.summary.accepted += 1;
+        if span.attribute_count() > self.max_attributes {
+            r.summary.truncated += 1;
+        }
+        let slot = r.tags.as_deref_mut().map(SpanTags::push_span);
+        // Borrowed where it was built: an attempt is a few hundred bytes.
+        let extracted = extract::extract(client.client, span, self.max_attributes);
+        let attempt = match &extracted {
+            Ok(attempt) => attempt,
+            Err(skip) => {
+                self.metrics.span_skipped(skip.label());
+                return;
+            }
+        };
+        r.summary.attempts += 1;
+        let p = self.place(interfaces, attempt, client.id);
+        let labels = self.labels(client, p.group.interface, p.interface_name);
+        // Spans tagged upstream are forwarded as they came.
+        let tag = slot.filter(|_| !attempt.tagged).map(|at| {
+            use std::fmt::Write;
+            r.reason.clear();
+            let _ = write!(r.reason, "{}", p.reason);
+            let start = r.placed.len();
+            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name);
+            (at, start..r.placed.len())
+        });
+        staged.push(Staged {
+            obs: place::observation(&p, attempt, labels),
+            operation: attempt.operation,
+            tag,
+        });
+        if staged.len() == STAGED {
+            self.flush(r, staged);
+        }
+    }
+
+    /// Runs the staged attempts through the tracker and fills in their tags.
+    fn flush(&self, r: &mut RequestState<'_>, staged: &mut Vec<Staged<'_>>) {
+        let (tags, placed) = (&mut r.tags, &r.placed);
+        self.tracker.observe_all(
+            r.now,
+            staged,
+            |s| (&s.obs, &s.operation),
+            &mut r.events,
+            |i, verdict| {
+                let Some(judgement) = verdict else {
+                    self.metrics.span_skipped("duplicate");
+                    return;
+                };
+                if let (Some(tags), Some((at, range))) = (tags.as_deref_mut(), &staged[i].tag) {
+                    tags.write(*at, |out| {
+                        out.extend_from_slice(&placed[range.clone()]);
+                        place::write_verdict_tags(out, &judgement);
+                    });
+                }
+            },
+        );
+        staged.clear();
+        r.placed.clear();
+    }
+
+    /// Records what one request amounted to.
+    fn finish_request(
+        &self,
+        transport: Transport,
+        summary: &Summary,
+        events: &[Event],
+        now: Nanos,
+    ) {
+        if summary.rejected > 0 {
+            self.metrics
+                .refused_spans(transport, "malformed_span", summary.rejected);
+        }
+        if summary.truncated > 0 {
+            self.metrics.truncated_spans(transport, summary.truncated);
+        }
+        self.record(events, now);
+        self.metrics.accepted(transport, summary.accepted);
+    }
+
+    /// Settles pending verdicts at `now` (all of them when `force`) and records them.
+    pub fn settle(&self, force: bool, now: Nanos) {
+        let mut events = Vec::new();
+        self.tracker.settle(now, force, &mut events);
+        self.record(&events, now);
+    }
+
+    /// Ends a replay at `now` (its last span time): settles every verdict and judges every
+    /// refusal as if the clock had run past all their windows.
+    pub fn finish(&self, now: Nanos) {
+        let mut events = Vec::new();
+        self.tracker.finish(&mut events);
+        self.record(&events, now);
+        self.metrics.set_tracker_keys(self.tracker.keys());
+    }
+
+    /// The periodic sweep at `now`: settles, counts honored refusals, expires keys and series.
+    pub fn sweep(&self, now: Nanos) {
+        let mut events = Vec::new();
+        self.tracker.sweep(now, &mut events);
+        self.record(&events, now);
+        self.metrics.set_tracker_keys(self.tracker.keys());
+        self.metrics.sweep(now / crate::clock::SECOND);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+//! Where an attempt stands before the tracker sees it: its interface, whether that declares
+//! its path, what its response said, its discovery use, and the tracker's and the metrics' ids
+//! for it — and the `refusal_gate.*` tags its span is forwarded with.
+//!
+//! Core: pure but for the metric label handles it looks up (once per request and interface).
+
+use super::Pipeline;
+use crate::classify;
+use crate::discovery::{Declared, InterfaceRef, Interfaces};
+use crate::extract::{self, Attempt};
+use crate::otlp::tags::{self, Tag};
+use crate::tracker::{GroupId, Judgement, Observation};
+
+/// Where one attempt stands.
+#[derive(Debug, Clone, Copy)]
+pub struct Placed<'i> {
+    /// Its interface.
+    pub interface: InterfaceRef<'i>,
+    /// The interface's name: the `interface` label.
+    pub interface_name: &'i str,
+    /// Whether the interface declares its path.
+    pub declared: Declared,
+    /// What its response said.
+    pub outcome: classify::Outcome,
+    /// The rule that fired.
+    pub reason: classify::Reason<'i>,
+    /// What it did with the interface's discovery document.
+    pub discovery: extract::Discovery,
+    /// The tracker's group: client instance and interface.
+    pub group: GroupId,
+    /// The tracker's id of its operation.
+    pub operation: u64,
+}
+
+/// A resource's client, hashed once for all its spans, and the metric labels of the
+/// interfaces its spans went to so far (a request's spans go to a handful).
+pub struct ClientIds<'a> {
+    /// The client.
+    pub client: extract::Client<'a>,
+    /// The tracker's id of the client instance.
+    pub id: u64,
+    /// The hash of its name, for the metric labels.
+    name: u64,
+    /// (interface id, labels), filled in turn.
+    labels: [(u64, u32); 16],
+    filled: usize,
+}
+
+impl Pipeline {
+    /// A resource's client with its ids.
+    pub fn client_ids<'a>(&self, client: extract::Client<'a>) -> ClientIds<'a> {
+        ClientIds {
+            client,
+            id: self.id(client),
+            name: self.id(client.name),
+            labels: [(0, 0); 16],
+            filled: 0,
+        }
+    }
+
+    /// The metric labels handle of (client, interface), looked up once per request and
+    /// interface.
+    pub fn labels(&self, client: &mut ClientIds<'_>, interface: u64, interface_name: &str) -> u32 {
+        let known = &client.labels[..client.filled.min(client.labels.len())];
+        if let Some((_, labels)) = known.iter().find(|(i, _)| *i == interface) {
+            return *labels;
+        }
+        let labels =
+            self.metrics
+                .labels(client.name, client.client.name, interface, interface_name);
+        client.labels[client.filled % client.labels.len()] = (interface, labels);
+        client.filled += 1;
+        labels
+    }
+
+    /// Where an attempt stands: its interface, whether that declares the path, what the
+    /// response said, and the tracker's ids for it (`client` is its client's id).
+    pub fn place<'i>(
+        &self,
+        interfaces: &'i Interfaces,
+        attempt: &'i Attempt<'_>,
+        client: u64,
+    ) -> Placed<'i> {
+        let origin = attempt.origin.as_ref().map(|o| o.as_str());
+        let mut interface = match origin {
+            Some(_) => interfaces.resolve(origin, attempt.path),
+            None if attempt.family == extract::Family::Grpc => {
+                interfaces.resolve_grpc(attempt.operation.verb)
+            }
+            None => InterfaceRef::Unknown,
+        };
+        // A path matters only to a configured interface: a gRPC attempt's is built for one
+        // alone (and may then choose among the interfaces on its origin).
+        let mut room = None;
+        let path = match interface {
+            InterfaceRef::Configured(_) if attempt.path.is_none() => {
+                let path = attempt.path_or_grpc(&mut room);
+                if origin.is_some() && path.is_some() {
+                    interface = interfaces.resolve(origin, path);
+                }
+                path
+            }
+            _ => attempt.path,
+        };
+        let interface_name = interfaces.name(interface);
+        let declared = interfaces.declared(interface, path);
+        let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
+        let succeeded = outcome == classify::Outcome::Ok;
+        Placed {
+            interface,
+            interface_name,
+            declared,
+            outcome,
+            reason: classify::reason(outcome, declared, reason),
+            discovery: extract::discovery(attempt, succeeded, interfaces, interface),
+            group: GroupId {
+                client,
+                interface: self.id(interface_name),
+            },
+            operation: self.id(attempt.operation),
+        }
+    }
+}
+
+/// What the tracker takes of a placed attempt.
+pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observation {
+    Observation {
+        group: p.group,
+        operation: p.operation,
+        labels,
+        start: attempt.start,
+        end: attempt.end,
+        outcome: p.outcome,
+        declared: p.declared,
+        discovery: p.discovery,
+        retry_after: attempt.signal.retry_after,
+        trace_id: fixed(attempt.trace_id),
+        span_id: fixed(attempt.span_id),
+    }
+}
+
+fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut out = [0; N];
+    let n = bytes.len().min(N);
+    out[..n].copy_from_slice(&bytes[..n]);
+    out
+}
+
+/// Appends the `refusal_gate.*` attributes of DESIGN §6 that do not depend on the verdict
+/// to `out`: the rule (`reason`, already written out) and the interface.
+pub fn write_place_tags(out: &mut Vec<u8>, reason: &str, interface: &str) {
+    tags::push(out, "refusal_gate.reason", Tag::Str(reason));
+    tags::push(out, "refusal_gate.interface", Tag::Str(interface));
+}
+
+/// Appends the `refusal_gate.*` attributes of an attempt's verdict to `out`.
+pub fn write_verdict_tags(out: &mut Vec<u8>, j: &Judgement) {
+    tags::push(out, "refusal_gate.class", Tag::Str(j.kind.class().as_str()));
+    tags::push(out, "refusal_gate.kind", Tag::Str(j.kind.as_str()));
+    let decision = j.kind.decision().as_str();
+    tags::push(out, "refusal_gate.decision", Tag::Str(decision));
+    let read = Tag::Bool(j.discovery_read);
+    tags::push(out, "refusal_gate.discovery_read", read);
+    tags::push(out, "refusal_gate.attempt", Tag::Int(i64::from(j.attempt)));
+    if let Some(v) = j.violation {
+        tags::push(out, "refusal_gate.violation", Tag::Str(v.as_str()));
+    }
+}

@@ -1,0 +1,194 @@
+//! Tests of the processor on its one entry point: a broken span costs only itself and the
+//! rest is forwarded; broken framing is malformed on both encodings; attributes past the
+//! limit are not read; a gRPC attempt is placed by its path.
+
+use super::*;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use prost::Message;
+
+fn request(spans: usize) -> ExportTraceServiceRequest {
+    let span = Span {
+        name: "GET".into(),
+        kind: 3,
+        trace_id: vec![1; 16],
+        span_id: vec![2; 8],
+        ..Default::default()
+    };
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource::default()),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![span; spans],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+#[test]
+fn one_broken_protobuf_span_costs_only_itself() {
+    let good = request(1).resource_spans[0].scope_spans[0].spans[0].encode_to_vec();
+    let bad = vec![0x0a, 0x05, 0xff]; // name: a string field whose length runs past its span
+    let mut scope = Vec::new();
+    for span in [&good, &bad, &good] {
+        scope.push(0x12); // ScopeSpans.spans
+        prost::encoding::encode_varint(span.len() as u64, &mut scope);
+        scope.extend_from_slice(span);
+    }
+    let mut rs = vec![0x12];
+    prost::encoding::encode_varint(scope.len() as u64, &mut rs);
+    rs.extend_from_slice(&scope);
+    let mut body = vec![0x0a];
+    prost::encoding::encode_varint(rs.len() as u64, &mut body);
+    body.extend_from_slice(&rs);
+
+    // The framing holds down to the spans; the broken one is rejected, the rest forwarded.
+    assert_eq!(frame::check(&body).expect("framing is valid"), 3);
+    let pipeline = Pipeline::from_config(&crate::config::Config::default());
+    let mut tags = SpanTags::default();
+    let (summary, malformed_at) = pipeline.ingest(Transport::Grpc, &body, 0, 1, Some(&mut tags));
+    assert_eq!((summary.accepted, summary.rejected), (2, 1));
+    assert_eq!(malformed_at, vec![1]);
+    assert_eq!(tags.len(), 2);
+    let forwarded = frame::retag(&body, &malformed_at, &tags).expect("re-framed");
+    let request = ExportTraceServiceRequest::decode(&forwarded[..]).expect("a valid request");
+    assert_eq!(request.resource_spans[0].scope_spans[0].spans.len(), 2);
+}
+
+#[test]
+fn broken_framing_is_malformed_on_both_encodings() {
+    let pipeline = Pipeline::from_config(&crate::config::Config::default());
+    let cases: [(&[u8], Encoding); 5] = [
+        (b"\xff\xff\xff\xff not a message", Encoding::Protobuf),
+        (b"\x0a\x10short", Encoding::Protobuf),
+        (b"{\"resourceSpans\": [", Encoding::Json),
+        (b"[1,2]", Encoding::Json),
+        (b"{\"resourceSpans\": 5}", Encoding::Json),
+    ];
+    for (body, encoding) in cases {
+        assert!(
+            matches!(
+                pipeline.handle(Transport::Http, body, encoding, 1),
+                Err(IngestError::Malformed { .. })
+            ),
+            "{}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    assert!(pipeline.metrics().render().contains(
+        "refusal_gate_receiver_refused_requests_total{reason=\"malformed\",transport=\"http\"} 5"
+    ));
+}
+
+#[test]
+fn a_json_span_that_does_not_deserialize_is_rejected_and_counted() {
+    let pipeline = Pipeline::from_config(&crate::config::Config::default());
+    let body = br#"{"resourceSpans":[{"scopeSpans":[{"spans":[
+        {"traceId":"0102030405060708090a0b0c0d0e0f10","spanId":"0102030405060708","name":"x","kind":3},
+        {"traceId":"not hex","spanId":"zz","name":"bad"}]}]}]}"#;
+    let summary = pipeline
+        .handle(Transport::Http, body, Encoding::Json, 1)
+        .expect("accepted");
+    assert_eq!((summary.accepted, summary.rejected), (1, 1));
+    assert!(pipeline.metrics().render().contains(
+        "refusal_gate_receiver_refused_spans_total{reason=\"malformed_span\",transport=\"http\"} 1"
+    ));
+}
+
+#[test]
+fn attributes_past_the_limit_are_not_read_and_the_span_is_counted() {
+    let pipeline = Pipeline::from_config(&crate::config::Config::default()).with_max_attributes(8);
+    let filler = |n: usize| {
+        (0..n)
+            .map(|i| KeyValue {
+                key: format!("filler.{i}"),
+                value: Some(AnyValue {
+                    value: Some(any_value::Value::IntValue(i as i64)),
+                }),
+                ..Default::default()
+            })
+            .collect::<Vec<_>>()
+    };
+    let method = KeyValue {
+        key: "http.request.method".into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue("GET".into())),
+        }),
+        ..Default::default()
+    };
+    let request = |attributes: Vec<KeyValue>| {
+        let mut r = request(1);
+        r.resource_spans[0].scope_spans[0].spans[0].attributes = attributes;
+        r.encode_to_vec()
+    };
+    // The method is the ninth attribute: past the limit, so the span has no protocol.
+    let late = request([filler(8), vec![method.clone()]].concat());
+    let early = request([vec![method], filler(8)].concat());
+    for (body, attempts) in [(late, 0), (early, 1)] {
+        for encoding in [Encoding::Protobuf, Encoding::Json] {
+            let body = match encoding {
+                Encoding::Protobuf => body.clone(),
+                Encoding::Json => serde_json::to_vec(
+                    &ExportTraceServiceRequest::decode(&body[..]).expect("valid"),
+                )
+                .expect("serialises"),
+            };
+            let summary = pipeline
+                .handle(Transport::Http, &body, encoding, 1)
+                .expect("accepted");
+            assert_eq!((summary.attempts, summary.truncated), (attempts, 1));
+        }
+    }
+    assert!(pipeline
+        .metrics()
+        .render()
+        .contains("refusal_gate_receiver_truncated_spans_total{transport=\"http\"} 4"));
+}
+
+#[test]
+fn a_grpc_attempt_is_placed_by_its_path_on_a_configured_origin() {
+    use crate::otlp::fixtures::{i, s, span};
+    let config = crate::config::Config::parse(
+        "
+interfaces:
+  - name: a
+    protocol: grpc
+    url: http://g.test:50051
+    endpoints: [{ path: /pkg.A/Get }]
+  - name: b
+    protocol: grpc
+    url: http://g.test:50051/pkg.B
+    endpoints: [{ path: /pkg.B/Get }]
+",
+    )
+    .expect("valid");
+    let pipeline = Pipeline::from_config(&config);
+    let interfaces = pipeline.catalog().current();
+    let place = |service: &str, server: bool| {
+        let mut attributes = vec![
+            s("rpc.system", "grpc"),
+            s("rpc.service", service),
+            s("rpc.method", "Get"),
+        ];
+        if server {
+            attributes.push(s("server.address", "g.test"));
+            attributes.push(i("server.port", 50051));
+        }
+        let sp = span("x", attributes);
+        let attempt = extract::extract(extract::client_of(&[]), &&sp, 64).expect("an attempt");
+        pipeline
+            .place(&interfaces, &attempt, 0)
+            .interface_name
+            .to_owned()
+    };
+    // /pkg.B/Get: under b's base path, on the origin both serve from.
+    assert_eq!(place("pkg.B", true), "b");
+    assert_eq!(place("pkg.A", true), "a");
+    // No server: the interface that declares the service.
+    assert_eq!(place("pkg.B", false), "b");
+    assert_eq!(place("pkg.Nobody", false), "unknown");
+}
