@@ -17,7 +17,6 @@ use crate::config::{ExportProtocol, OnFull, OtlpExporterConfig};
 use crate::retry::Backoff;
 use bytes::{Buf, BufMut, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use prometheus::{IntCounter, IntCounterVec, IntGauge};
 use prost::Message;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -32,15 +31,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// What the receivers tell senders to wait when the queue is full.
 pub const RETRY_HINT: Duration = Duration::from_secs(1);
 
-/// The counters the exporter keeps.
-pub struct ExportMetrics {
-    /// `refusal_gate_exporter_sent_spans_total`.
-    pub sent: IntCounter,
-    /// `refusal_gate_exporter_failed_spans_total{reason}`.
-    pub failed: IntCounterVec,
-    /// `refusal_gate_exporter_queue_spans`.
-    pub queued: IntGauge,
-}
+pub use crate::metrics::ExportMetrics;
 
 /// Room in the queue, asked for before a request is ingested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

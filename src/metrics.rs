@@ -61,6 +61,16 @@ struct Names {
     free: Vec<u32>,
 }
 
+/// The counters the exporter keeps.
+pub struct ExportMetrics {
+    /// `refusal_gate_exporter_sent_spans_total`.
+    pub sent: IntCounter,
+    /// `refusal_gate_exporter_failed_spans_total{reason}`.
+    pub failed: IntCounterVec,
+    /// `refusal_gate_exporter_queue_spans`.
+    pub queued: IntGauge,
+}
+
 /// All of refusal-gate's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -576,8 +586,8 @@ impl Metrics {
     }
 
     /// The exporter's counters.
-    pub fn export_metrics(&self) -> crate::export::ExportMetrics {
-        crate::export::ExportMetrics {
+    pub fn export_metrics(&self) -> ExportMetrics {
+        ExportMetrics {
             sent: self.exporter_sent.clone(),
             failed: self.exporter_failed.clone(),
             queued: self.exporter_queue.clone(),

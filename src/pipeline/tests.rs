@@ -1,6 +1,6 @@
 //! Tests of the processor on its one entry point: a broken span costs only itself and the
 //! rest is forwarded; broken framing is malformed on both encodings; attributes past the
-//! limit are not read; a gRPC attempt is placed by its path.
+//! limit are not read; a gRPC attempt is placed by its path; discovery asked and read.
 
 use super::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -191,4 +191,68 @@ interfaces:
     // No server: the interface that declares the service.
     assert_eq!(place("pkg.B", false), "b");
     assert_eq!(place("pkg.Nobody", false), "unknown");
+}
+
+#[test]
+fn discovery_is_asked_for_whatever_the_answer_and_read_on_success() {
+    use crate::extract::Discovery;
+    use crate::otlp::fixtures::{i, s, span};
+    let config = crate::config::Config::parse(
+        "
+interfaces:
+  - name: a
+    protocol: a2a
+    url: http://agent.test/a2a
+",
+    )
+    .expect("valid");
+    let pipeline = Pipeline::from_config(&config);
+    let interfaces = pipeline.catalog().current();
+    let of = |attrs: Vec<KeyValue>| {
+        let sp = span("x", attrs);
+        let a = extract::extract(extract::client_of(&[]), &&sp, 64).expect("attempt");
+        pipeline.place(&interfaces, &a, 0).discovery
+    };
+    let get = |path: &str, status: i64| {
+        vec![
+            s("http.request.method", "GET"),
+            s("url.full", &format!("http://agent.test{path}")),
+            i("http.response.status_code", status),
+        ]
+    };
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 200)),
+        Discovery::Read
+    );
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 404)),
+        Discovery::Asked
+    );
+    assert_eq!(
+        of(get("/.well-known/agent-card.json", 304)),
+        Discovery::Asked,
+        "a read is a 2xx"
+    );
+    assert_eq!(of(get("/a2a/tasks", 200)), Discovery::None);
+    assert_eq!(
+        of(vec![s("a2a.method.name", "GetExtendedAgentCard")]),
+        Discovery::Read
+    );
+    assert_eq!(
+        of(vec![
+            s("a2a.method.name", "GetExtendedAgentCard"),
+            s("rpc.response.status_code", "-32007")
+        ]),
+        Discovery::Asked
+    );
+    assert_eq!(
+        of(vec![
+            s("rpc.system", "grpc"),
+            s(
+                "rpc.method",
+                "grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+            ),
+        ]),
+        Discovery::Read
+    );
 }
