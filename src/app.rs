@@ -1,18 +1,22 @@
 //! The one place that wires the program: it binds every port, spawns the receivers, the
-//! admin endpoint and the sweeper, and shuts them down in stages.
+//! admin endpoint and the background tasks, supervises them, and shuts them down in stages.
 //!
 //! Edge. Every listener is bound before anything is spawned, so a port conflict exits
-//! non-zero at once. Shutdown: readiness goes false, the receivers stop accepting and finish
-//! what is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, the
-//! alerts it raised are pushed once more (same deadline), the export queue drains
+//! non-zero at once. Each stage's tasks are a `JoinSet`, stopped by one helper ([`stop`]).
+//! Every task is meant to run until shutdown: one that ends by itself (a receiver's serve
+//! loop failing, say) turns `/readyz` to 503 at once, is logged, and makes [`run`] shut down
+//! in stages and return an error, so the process exits non-zero and its orchestrator
+//! restarts it. Shutdown: readiness goes false, the receivers stop accepting and finish what
+//! is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, the alerts
+//! it raised are pushed once more (same deadline), the export queue drains
 //! (`exporters.otlp.drain_timeout`), and the admin endpoint stops last so a final scrape can
 //! still see the counts.
 
 use crate::access::{Limit, Tokens};
 use crate::admin;
 use crate::alert;
+use crate::config::Config;
 use crate::config::TlsConfig;
-use crate::config::{AlertmanagerConfig, Config};
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::export;
 use crate::gate::grpc::Gate;
@@ -30,8 +34,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, watch};
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -56,18 +60,20 @@ pub struct Server {
     /// Where it listens.
     pub bound: Bound,
     pipeline: Arc<Pipeline>,
-    ready: Arc<AtomicBool>,
+    supervisor: Supervisor,
     stop_receivers: watch::Sender<bool>,
     stop_admin: watch::Sender<bool>,
-    receivers: Vec<JoinHandle<()>>,
-    admin: JoinHandle<()>,
-    sweeper: JoinHandle<()>,
+    /// The OTLP/gRPC and OTLP/HTTP receivers: told to stop, then drained.
+    receivers: JoinSet<()>,
+    /// The sweeper, the certificate reloader and the state writer: aborted.
+    workers: JoinSet<()>,
     /// One task per URL document; replaced on reload.
-    watchers: Mutex<Vec<JoinHandle<()>>>,
+    watchers: Mutex<JoinSet<()>>,
+    /// The admin endpoint: stopped last.
+    admin: JoinSet<()>,
     http_client: reqwest::Client,
     /// Pushes alerts to Alertmanager, when one is configured.
-    delivery: Option<JoinHandle<()>>,
-    alertmanager: Option<AlertmanagerConfig>,
+    delivery: Option<(Arc<alert::delivery::Delivery>, JoinHandle<()>)>,
     /// Forwards the tagged spans, when an exporter is configured.
     sender: Option<JoinHandle<()>>,
     drain_timeout: Duration,
@@ -76,11 +82,70 @@ pub struct Server {
     tokens: [Arc<Tokens>; 2],
     /// The listeners' TLS settings: certificates are re-read on reload.
     tls: Vec<Arc<Tls>>,
-    /// Reloads certificates whose files changed, every `reload_interval`.
-    tls_reloader: JoinHandle<()>,
-    /// Where the tracker's state is kept, and the task that writes it periodically.
+    /// Where the tracker's state is kept.
     state_file: Option<PathBuf>,
-    state_writer: Option<JoinHandle<()>>,
+    /// The name of every task that ended by itself, for [`run`].
+    ended: Option<mpsc::UnboundedReceiver<&'static str>>,
+}
+
+/// Watches the tasks that must run until shutdown. A task that ends by itself before
+/// shutdown began turns readiness false at once and is reported on `ended`.
+#[derive(Clone)]
+struct Supervisor {
+    ready: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
+    ended: mpsc::UnboundedSender<&'static str>,
+}
+
+impl Supervisor {
+    /// `task`, named `name`, reporting its end unless shutdown began. An unbounded channel:
+    /// it carries at most one message per task.
+    fn watch(
+        &self,
+        name: &'static str,
+        task: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let supervisor = self.clone();
+        async move {
+            #[cfg(debug_assertions)]
+            let task = async move {
+                tokio::select! {
+                    () = task => {}
+                    () = injected_failure(name) => {}
+                }
+            };
+            task.await;
+            if !supervisor.stopping.load(Ordering::Acquire) {
+                supervisor.ready.store(false, Ordering::Release);
+                tracing::error!(task = name, "A task ended unexpectedly; not ready.");
+                let _ = supervisor.ended.send(name);
+            }
+        }
+    }
+}
+
+/// Test-only fault injection, in debug builds alone: with `REFUSAL_GATE_FAIL=NAME` in the
+/// environment, the task `NAME` (e.g. `OTLP/HTTP receiver`) ends half a second after it
+/// started, as a failing serve loop would, so that tests can watch supervision act. Otherwise
+/// it never completes.
+#[cfg(debug_assertions)]
+async fn injected_failure(name: &str) {
+    if std::env::var("REFUSAL_GATE_FAIL").is_ok_and(|n| n == name) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    } else {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Stops a stage: its tasks (told to stop, or not) get `deadline` to end by themselves, then
+/// the rest are aborted; returns how many were.
+async fn stop(set: &mut JoinSet<()>, deadline: Duration) -> usize {
+    let drained =
+        tokio::time::timeout(deadline, async { while set.join_next().await.is_some() {} }).await;
+    let aborted = if drained.is_err() { set.len() } else { 0 };
+    set.abort_all();
+    while set.join_next().await.is_some() {}
+    aborted
 }
 
 /// Logs and counts one document load.
@@ -232,7 +297,8 @@ async fn reload_tls_files(tls: Vec<Arc<Tls>>) {
         .filter(|d| !d.is_zero())
         .min()
     else {
-        return;
+        // Nothing to reload on a timer (SIGHUP still does): wait for shutdown.
+        return std::future::pending().await;
     };
     loop {
         tokio::time::sleep(every).await;
@@ -332,10 +398,17 @@ impl Server {
             .build()
             .context("cannot build the HTTP client for discovery documents")?;
         let ready = Arc::new(AtomicBool::new(true));
+        let (ended_tx, ended) = mpsc::unbounded_channel();
+        let supervisor = Supervisor {
+            ready: Arc::clone(&ready),
+            stopping: Arc::new(AtomicBool::new(false)),
+            ended: ended_tx,
+        };
         let (stop_receivers, rx_stop) = watch::channel(false);
         let (stop_admin, admin_stop) = watch::channel(false);
         let mib = |n: u64| usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
 
+        let mut receivers = JoinSet::new();
         let trace_service = grpc::TraceService::new(
             Arc::clone(&pipeline),
             mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
@@ -343,19 +416,22 @@ impl Server {
             Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
         );
         let grpc_stop = stopped(rx_stop.clone());
-        let grpc_task = tokio::spawn(serve_grpc(
-            grpc_listener,
-            grpc_tls.clone(),
-            (
-                trace_service,
-                Gate::server(
-                    Arc::clone(&pipeline),
-                    Arc::clone(&receiver_tokens),
-                    rx_stop.clone(),
+        receivers.spawn(supervisor.watch(
+            "OTLP/gRPC receiver",
+            serve_grpc(
+                grpc_listener,
+                grpc_tls.clone(),
+                (
+                    trace_service,
+                    Gate::server(
+                        Arc::clone(&pipeline),
+                        Arc::clone(&receiver_tokens),
+                        rx_stop.clone(),
+                    ),
                 ),
+                grpc_stop,
+                Arc::clone(&pipeline),
             ),
-            grpc_stop,
-            Arc::clone(&pipeline),
         ));
 
         let http_router = http::router(
@@ -364,12 +440,15 @@ impl Server {
             Arc::clone(&receiver_tokens),
             Limit::new(config.receivers.otlp.http.max_concurrent_requests),
         );
-        let http_task = tokio::spawn(serve_http(
-            http_listener,
-            http_tls.clone(),
-            http_router,
-            stopped(rx_stop),
-            (Arc::clone(&pipeline), "http"),
+        receivers.spawn(supervisor.watch(
+            "OTLP/HTTP receiver",
+            serve_http(
+                http_listener,
+                http_tls.clone(),
+                http_router,
+                stopped(rx_stop),
+                (Arc::clone(&pipeline), "http"),
+            ),
         ));
 
         let admin_router = admin::router(
@@ -378,33 +457,41 @@ impl Server {
             Arc::clone(&admin_tokens),
             admin_stop.clone(),
         );
-        let admin_task = tokio::spawn(serve_http(
-            admin_listener,
-            admin_tls.clone(),
-            admin_router,
-            stopped(admin_stop),
-            (Arc::clone(&pipeline), "admin"),
+        let mut admin = JoinSet::new();
+        admin.spawn(supervisor.watch(
+            "admin endpoint",
+            serve_http(
+                admin_listener,
+                admin_tls.clone(),
+                admin_router,
+                stopped(admin_stop),
+                (Arc::clone(&pipeline), "admin"),
+            ),
         ));
         let tls: Vec<Arc<Tls>> = [grpc_tls, http_tls, admin_tls]
             .into_iter()
             .flatten()
             .collect();
-        let tls_reloader = tokio::spawn(reload_tls_files(tls.clone()));
-        let state_writer = state_file.clone().and_then(|path| {
+        let mut workers = JoinSet::new();
+        workers.spawn(supervisor.watch("certificate reloader", reload_tls_files(tls.clone())));
+        if let Some(path) = state_file.clone() {
             let every = config.tracker.state_interval;
-            let pipeline = Arc::clone(&pipeline);
-            (!every.is_zero()).then(|| tokio::spawn(write_state_every(pipeline, path, every)))
-        });
-
+            if !every.is_zero() {
+                let pipeline = Arc::clone(&pipeline);
+                workers.spawn(
+                    supervisor.watch("state writer", write_state_every(pipeline, path, every)),
+                );
+            }
+        }
         let sweep_pipeline = Arc::clone(&pipeline);
-        let sweeper = tokio::spawn(async move {
+        workers.spawn(supervisor.watch("sweeper", async move {
             let mut tick = tokio::time::interval(SWEEP_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 sweep_pipeline.sweep(crate::clock::now());
             }
-        });
+        }));
 
         tracing::info!(
             grpc = %bound.grpc, http = %bound.http, admin = %bound.admin,
@@ -414,32 +501,35 @@ impl Server {
         let sender = match (pipeline.exporter(), downstream) {
             (Some(exporter), Some(downstream)) => {
                 let exporter = Arc::clone(exporter);
-                Some(tokio::spawn(async move { exporter.run(downstream).await }))
+                Some(tokio::spawn(supervisor.watch("exporter", async move {
+                    exporter.run(downstream).await
+                })))
             }
             _ => None,
         };
         let delivery = config.alerting.alertmanager.as_ref().map(|am| {
-            tokio::spawn(alert::delivery::run(
+            let delivery = Arc::new(alert::delivery::Delivery::new(
                 Arc::clone(pipeline.alerter()),
                 http_client.clone(),
-                am.url.clone(),
-                am.timeout,
+                am,
                 format!("http://{}/api/v1/alerts", bound.admin),
-            ))
+            ));
+            let task =
+                tokio::spawn(supervisor.watch("alert delivery", Arc::clone(&delivery).run()));
+            (delivery, task)
         });
         let server = Server {
             bound,
             pipeline,
-            ready,
+            supervisor,
             stop_receivers,
             stop_admin,
-            receivers: vec![grpc_task, http_task],
-            admin: admin_task,
-            sweeper,
-            watchers: Mutex::new(Vec::new()),
+            receivers,
+            workers,
+            watchers: Mutex::new(JoinSet::new()),
+            admin,
             http_client,
             delivery,
-            alertmanager: config.alerting.alertmanager.clone(),
             sender,
             drain_timeout: config
                 .exporters
@@ -448,9 +538,8 @@ impl Server {
                 .map_or(DRAIN_DEADLINE, |o| o.drain_timeout),
             tokens: [receiver_tokens, admin_tokens],
             tls,
-            tls_reloader,
             state_file,
-            state_writer,
+            ended: Some(ended),
         };
         server.start_watchers();
         Ok(server)
@@ -467,25 +556,36 @@ impl Server {
         let pipeline = Arc::clone(&self.pipeline);
         let report: Arc<dyn Fn(&LoadReport) + Send + Sync> =
             Arc::new(move |r: &LoadReport| record_load(&pipeline, r));
-        let fresh: Vec<JoinHandle<()>> = catalog
-            .url_documents()
-            .into_iter()
-            .map(|(name, source)| {
-                tokio::spawn(loader::watch(
+        let mut fresh = JoinSet::new();
+        for (name, source) in catalog.url_documents() {
+            fresh.spawn(self.supervisor.watch(
+                "discovery document watcher",
+                loader::watch(
                     Arc::clone(&catalog),
                     self.http_client.clone(),
                     name,
                     source,
                     Arc::clone(&report),
-                ))
-            })
-            .collect();
-        let old = std::mem::replace(
+                ),
+            ));
+        }
+        let mut old = std::mem::replace(
             &mut *self.watchers.lock().unwrap_or_else(PoisonError::into_inner),
             fresh,
         );
-        for task in old {
-            task.abort();
+        // Aborted, they report nothing: the supervisor sees only tasks that end by themselves.
+        old.abort_all();
+    }
+
+    /// The name of the first task that ended by itself (its end turned readiness false):
+    /// what [`run`] waits for beside the signals. Once only; later calls wait forever.
+    pub async fn ended(&mut self) -> &'static str {
+        match self.ended.as_mut() {
+            Some(ended) => match ended.recv().await {
+                Some(name) => name,
+                None => std::future::pending().await,
+            },
+            None => std::future::pending().await,
         }
     }
 
@@ -522,55 +622,29 @@ impl Server {
     }
 
     /// Stops in stages: receivers (drained within [`DRAIN_DEADLINE`]), then the tracker's
-    /// last settlement, then the admin endpoint.
-    pub async fn shutdown(self) {
-        self.ready.store(false, Ordering::Relaxed);
+    /// last settlement and the state file, the last alerts and the export queue, then the
+    /// admin endpoint.
+    pub async fn shutdown(mut self) {
+        self.supervisor.stopping.store(true, Ordering::Release);
+        self.supervisor.ready.store(false, Ordering::Release);
         let _ = self.stop_receivers.send(true);
-        for task in self.receivers {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(DRAIN_DEADLINE, task).await.is_err() {
-                tracing::warn!("A receiver did not drain in time; its connections were closed.");
-                abort.abort();
-            }
+        if stop(&mut self.receivers, DRAIN_DEADLINE).await > 0 {
+            tracing::warn!("A receiver did not drain in time; its connections were closed.");
         }
-        self.sweeper.abort();
-        self.tls_reloader.abort();
-        for task in self
-            .watchers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .drain(..)
-        {
-            task.abort();
-        }
+        stop(&mut self.workers, Duration::ZERO).await;
+        let mut watchers =
+            std::mem::take(&mut *self.watchers.lock().unwrap_or_else(PoisonError::into_inner));
+        stop(&mut watchers, Duration::ZERO).await;
         self.pipeline.settle(true, crate::clock::now());
-        if let Some(task) = self.state_writer {
-            task.abort();
-        }
         if let Some(path) = &self.state_file {
             write_state(&self.pipeline, path);
         }
-        if let (Some(task), Some(am)) = (self.delivery, &self.alertmanager) {
-            // The last alerts go out once, within the deadline; then the task stops.
-            task.abort();
-            let generator = format!("http://{}/api/v1/alerts", self.bound.admin);
-            let mut backoff = crate::retry::Backoff::new(
-                alert::delivery::FIRST_BACKOFF,
-                alert::delivery::MAX_BACKOFF,
-            );
-            let last = alert::delivery::flush(
-                self.pipeline.alerter(),
-                &self.http_client,
-                &am.url,
-                am.timeout,
-                &generator,
-                &mut backoff,
-            );
-            if tokio::time::timeout(DRAIN_DEADLINE, last).await.is_err() {
+        if let Some((delivery, task)) = self.delivery.take() {
+            if !delivery.drain(task, DRAIN_DEADLINE).await {
                 tracing::warn!("The last alerts could not be delivered in time.");
             }
         }
-        if let (Some(task), Some(exporter)) = (self.sender, self.pipeline.exporter()) {
+        if let (Some(task), Some(exporter)) = (self.sender.take(), self.pipeline.exporter()) {
             let undelivered = exporter.drain(task, self.drain_timeout).await;
             if undelivered > 0 {
                 tracing::warn!(
@@ -580,13 +654,7 @@ impl Server {
             }
         }
         let _ = self.stop_admin.send(true);
-        let abort = self.admin.abort_handle();
-        if tokio::time::timeout(DRAIN_DEADLINE, self.admin)
-            .await
-            .is_err()
-        {
-            abort.abort();
-        }
+        stop(&mut self.admin, DRAIN_DEADLINE).await;
         tracing::info!("refusal-gate stopped.");
     }
 }
@@ -598,18 +666,26 @@ impl Server {
 /// When a port cannot be bound or the signal handlers cannot be installed.
 pub async fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let server = Server::start(&config).await?;
+    // The handlers first: a signal that arrives once the admin port answers (an orchestrator
+    // may send one as soon as the process looks healthy) must not find the default action.
     let mut term = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
     let mut hup = signal(SignalKind::hangup()).context("cannot install the SIGHUP handler")?;
-    loop {
+    let mut int = signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?;
+    let mut server = Server::start(&config).await?;
+    let mut ended = server.ended.take();
+    let failed = loop {
         tokio::select! {
             _ = term.recv() => {
                 tracing::info!(signal = "SIGTERM", "Shutting down.");
-                break;
+                break None;
             }
-            _ = tokio::signal::ctrl_c() => {
+            _ = int.recv() => {
                 tracing::info!(signal = "SIGINT", "Shutting down.");
-                break;
+                break None;
+            }
+            Some(task) = async { ended.as_mut()?.recv().await } => {
+                tracing::error!(task, "Shutting down: a task ended unexpectedly.");
+                break Some(task);
             }
             _ = hup.recv() => match &path {
                 None => tracing::warn!(signal = "SIGHUP", "No configuration file to reload."),
@@ -619,7 +695,10 @@ pub async fn run(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 },
             },
         }
-    }
+    };
     server.shutdown().await;
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(task) => Err(anyhow::anyhow!("the {task} ended unexpectedly")),
+    }
 }

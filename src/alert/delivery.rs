@@ -10,7 +10,7 @@
 //! are retried with backoff (honouring `Retry-After`); any other 4xx is not.
 
 use super::{ActiveAlerts, Alert, Raised, Severity};
-use crate::config::AlertingConfig;
+use crate::config::{AlertingConfig, AlertmanagerConfig};
 use crate::retry::{self, Answer, Backoff};
 use crate::tracker::{Nanos, Violation};
 use prometheus::{IntCounter, IntCounterVec};
@@ -186,36 +186,74 @@ pub async fn push(
     }
 }
 
-/// Delivers changed alerts to Alertmanager until the task is aborted.
-pub async fn run(
+/// The push of changed alerts to one Alertmanager: the loop ([`Delivery::run`]) and the
+/// last push at shutdown ([`Delivery::drain`]), as the exporter has its own.
+pub struct Delivery {
     alerter: Arc<Alerter>,
     client: reqwest::Client,
     url: String,
     timeout: Duration,
+    /// Where the alerts link back to: the admin endpoint's list.
     generator_url: String,
-) {
-    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
-    loop {
-        tokio::time::sleep(FLUSH_INTERVAL).await;
-        match flush(
-            &alerter,
-            &client,
-            &url,
-            timeout,
-            &generator_url,
-            &mut backoff,
+}
+
+impl Delivery {
+    /// Pushes `alerter`'s alerts to `config`'s Alertmanager with `client`; each links to
+    /// `generator_url`.
+    pub fn new(
+        alerter: Arc<Alerter>,
+        client: reqwest::Client,
+        config: &AlertmanagerConfig,
+        generator_url: String,
+    ) -> Delivery {
+        Delivery {
+            alerter,
+            client,
+            url: config.url.clone(),
+            timeout: config.timeout,
+            generator_url,
+        }
+    }
+
+    /// Delivers changed alerts every [`FLUSH_INTERVAL`] until the task is aborted.
+    pub async fn run(self: Arc<Self>) {
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        loop {
+            tokio::time::sleep(FLUSH_INTERVAL).await;
+            match self.flush(&mut backoff).await {
+                Some(wait) => tokio::time::sleep(wait.saturating_sub(FLUSH_INTERVAL)).await,
+                None => backoff.reset(),
+            }
+        }
+    }
+
+    /// Stops the delivery loop `task`, then pushes what changed once more within `deadline`;
+    /// returns whether that push finished in time.
+    pub async fn drain(&self, task: tokio::task::JoinHandle<()>, deadline: Duration) -> bool {
+        task.abort();
+        let _ = task.await;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        tokio::time::timeout(deadline, self.flush(&mut backoff))
+            .await
+            .is_ok()
+    }
+
+    async fn flush(&self, backoff: &mut Backoff) -> Option<Duration> {
+        flush(
+            &self.alerter,
+            &self.client,
+            &self.url,
+            self.timeout,
+            &self.generator_url,
+            backoff,
         )
         .await
-        {
-            Some(wait) => tokio::time::sleep(wait.saturating_sub(FLUSH_INTERVAL)).await,
-            None => backoff.reset(),
-        }
     }
 }
 
 /// Pushes what changed once; returns how long to wait before the next try when it should
 /// be retried.
-pub async fn flush(
+async fn flush(
     alerter: &Alerter,
     client: &reqwest::Client,
     url: &str,
