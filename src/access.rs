@@ -19,12 +19,22 @@ pub struct Tokens {
     current: RwLock<Arc<Vec<Vec<u8>>>>,
 }
 
+/// A token file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("token file {}: {problem}", path.display())]
+pub struct TokenError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
 impl Tokens {
     /// Reads the inline tokens and the token files (relative to `base_dir`).
     ///
     /// # Errors
-    /// A message naming the file that cannot be read or holds no token.
-    pub fn load(config: &AuthConfig, base_dir: &Path) -> Result<Tokens, String> {
+    /// [`TokenError`] naming the file that cannot be read or holds no token.
+    pub fn load(config: &AuthConfig, base_dir: &Path) -> Result<Tokens, TokenError> {
         let tokens = Tokens {
             config: config.clone(),
             base_dir: base_dir.to_path_buf(),
@@ -39,7 +49,7 @@ impl Tokens {
     ///
     /// # Errors
     /// As [`Tokens::load`].
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), TokenError> {
         let mut all: Vec<Vec<u8>> = self
             .config
             .tokens
@@ -48,11 +58,16 @@ impl Tokens {
             .collect();
         for file in &self.config.token_files {
             let path = self.base_dir.join(file);
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("token file {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| TokenError {
+                path: path.clone(),
+                problem: e.to_string(),
+            })?;
             let token = text.trim();
             if token.is_empty() {
-                return Err(format!("token file {}: holds no token", path.display()));
+                return Err(TokenError {
+                    path,
+                    problem: "holds no token".into(),
+                });
             }
             all.push(token.as_bytes().to_vec());
         }

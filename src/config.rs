@@ -709,7 +709,7 @@ impl Config {
             match (&interface.url, &interface.discovery.document) {
                 (Some(url), _) => {
                     if let Err(problem) = crate::url::split_url(url) {
-                        return invalid(at("url"), &problem);
+                        return invalid(at("url"), &problem.to_string());
                     }
                 }
                 (None, None) => {

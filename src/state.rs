@@ -51,47 +51,72 @@ struct Header {
     version: u32,
 }
 
+/// Why a state file could not be written or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Opening, writing, syncing or renaming failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Its JSON does not parse (or could not be written).
+    #[error("corrupt: {0}")]
+    Corrupt(#[from] serde_json::Error),
+    /// Another program's file.
+    #[error("not a state file (format {0:?})")]
+    Format(String),
+    /// Another version of refusal-gate's.
+    #[error("version {0}, this build reads version {VERSION}")]
+    Version(u32),
+}
+
 /// Writes `state` to `path` atomically (a temporary file beside it, then a rename).
 ///
 /// # Errors
-/// The I/O error, with the path.
-pub fn write(path: &Path, state: &State) -> Result<(), String> {
+/// [`StateError::Io`] with the path, or [`StateError::Corrupt`] when it cannot be encoded.
+pub fn write(path: &Path, state: &State) -> Result<(), StateError> {
     let tmp = path.with_extension("tmp");
-    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", tmp.display());
-    let file = std::fs::File::create(&tmp).map_err(|e| fail(&e))?;
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StateError::Io { path, source }
+    };
+    let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     let mut gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
-    serde_json::to_writer(&mut gz, state).map_err(|e| fail(&e))?;
+    serde_json::to_writer(&mut gz, state)?;
     let file = gz
         .finish()
-        .map_err(|e| fail(&e))?
+        .map_err(io(&tmp))?
         .into_inner()
-        .map_err(|e| fail(&e))?;
-    file.sync_all().map_err(|e| fail(&e))?;
+        .map_err(|e| io(&tmp)(e.into_error()))?;
+    file.sync_all().map_err(io(&tmp))?;
     drop(file);
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::rename(&tmp, path).map_err(io(path))
 }
 
 /// Reads the state file at `path`.
 ///
 /// # Errors
 /// Why it cannot be used: unreadable, corrupt, another format, another version.
-pub fn read(path: &Path) -> Result<State, String> {
+pub fn read(path: &Path) -> Result<State, StateError> {
     let open = || {
         std::fs::File::open(path)
             .map(|f| GzDecoder::new(BufReader::new(f)))
-            .map_err(|e| e.to_string())
+            .map_err(|source| StateError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
     };
-    let header: Header = serde_json::from_reader(open()?).map_err(|e| format!("corrupt: {e}"))?;
+    let header: Header = serde_json::from_reader(open()?)?;
     if header.format != FORMAT {
-        return Err(format!("not a state file (format {:?})", header.format));
+        return Err(StateError::Format(header.format));
     }
     if header.version != VERSION {
-        return Err(format!(
-            "version {}, this build reads version {VERSION}",
-            header.version
-        ));
+        return Err(StateError::Version(header.version));
     }
-    serde_json::from_reader(open()?).map_err(|e| format!("corrupt: {e}"))
+    Ok(serde_json::from_reader(open()?)?)
 }
 
 /// The state of `pipeline`'s tracker at `now`, for the state file: every group, with the

@@ -46,8 +46,8 @@ impl Tls {
     /// the application protocols offered (`h2` for gRPC, `http/1.1` for HTTP).
     ///
     /// # Errors
-    /// A message naming the file that cannot be read or used.
-    pub fn load(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<Tls, String> {
+    /// [`TlsError`] naming the file that cannot be read or used.
+    pub fn load(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<Tls, TlsError> {
         let tls = Tls {
             config: config.clone(),
             base_dir: base_dir.to_path_buf(),
@@ -84,7 +84,7 @@ impl Tls {
     ///
     /// # Errors
     /// As [`Tls::load`].
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), TlsError> {
         let alpn: Vec<&[u8]> = self.alpn.iter().map(Vec::as_slice).collect();
         let fresh = build(&self.config, &self.base_dir, &alpn)?;
         let stamps = self.stamps();
@@ -97,7 +97,7 @@ impl Tls {
     ///
     /// # Errors
     /// As [`Tls::load`].
-    pub fn reload_if_changed(&self) -> Result<bool, String> {
+    pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
         let changed = {
             let current = self
                 .current
@@ -125,44 +125,67 @@ impl Tls {
     }
 }
 
-fn build(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<ServerConfig, String> {
-    let path = |p: &Path| base_dir.join(p);
-    let cert_file = path(&config.cert_file);
+/// A certificate, key or client CA file that cannot be used, or a configuration rustls
+/// refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TlsError {
+    /// A file: `cert_file`, `key_file` or `client_ca_file`.
+    #[error("{setting} {}: {problem}", path.display())]
+    File {
+        /// Which setting names it.
+        setting: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The certificate and key together, or the protocol versions.
+    #[error("{0}")]
+    Config(String),
+}
+
+fn build(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<ServerConfig, TlsError> {
+    let file = |setting: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |problem: &dyn std::fmt::Display| TlsError::File {
+            setting,
+            path,
+            problem: problem.to_string(),
+        }
+    };
+    let cert_file = base_dir.join(&config.cert_file);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_file)
         .and_then(|certs| certs.collect())
-        .map_err(|e| format!("cert_file {}: {e}", cert_file.display()))?;
+        .map_err(|e| file("cert_file", &cert_file)(&e))?;
     if certs.is_empty() {
-        return Err(format!("cert_file {}: no certificate", cert_file.display()));
+        return Err(file("cert_file", &cert_file)(&"no certificate"));
     }
-    let key_file = path(&config.key_file);
-    let key = PrivateKeyDer::from_pem_file(&key_file)
-        .map_err(|e| format!("key_file {}: {e}", key_file.display()))?;
+    let key_file = base_dir.join(&config.key_file);
+    let key =
+        PrivateKeyDer::from_pem_file(&key_file).map_err(|e| file("key_file", &key_file)(&e))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS versions: {e}"))?;
+        .map_err(|e| TlsError::Config(format!("TLS versions: {e}")))?;
     let builder = match &config.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let ca = path(ca);
+            let ca = base_dir.join(ca);
+            let fail = |e: &dyn std::fmt::Display| file("client_ca_file", &ca)(e);
             let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(&ca)
-                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?
-            {
-                let cert = cert.map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
+            for cert in CertificateDer::pem_file_iter(&ca).map_err(|e| fail(&e))? {
+                let cert = cert.map_err(|e| fail(&e))?;
+                roots.add(cert).map_err(|e| fail(&e))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
+                .map_err(|e| fail(&e))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut server = builder
         .with_single_cert(certs, key)
-        .map_err(|e| format!("cert_file and key_file: {e}"))?;
+        .map_err(|e| TlsError::Config(format!("cert_file and key_file: {e}")))?;
     server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(server)
 }

@@ -12,12 +12,42 @@ pub struct UrlParts<'a> {
     pub path: &'a str,
 }
 
+/// What is wrong with a URL that is not `scheme://host[:port]...`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UrlProblem {
+    /// No `://`.
+    #[error("is not an absolute URL such as http://host:8080/path")]
+    NotAbsolute,
+    /// An empty scheme, or one with other characters than letters, digits, `+`, `-`, `.`.
+    #[error("has no valid scheme")]
+    NoScheme,
+    /// An empty host.
+    #[error("names no host")]
+    NoHost,
+    /// A port that is not a number up to 65535.
+    #[error("has an invalid port")]
+    BadPort,
+}
+
+/// A URL and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{url}` {problem}")]
+pub struct UrlError {
+    /// The URL as given.
+    pub url: String,
+    /// What is wrong with it.
+    pub problem: UrlProblem,
+}
+
 /// Splits an absolute URL into origin and path.
 ///
 /// # Errors
-/// A message saying what is missing when the text is not `scheme://host...`.
-pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
-    let (scheme, host, port, path) = parts(url)?;
+/// [`UrlError`] when the text is not `scheme://host...`.
+pub fn split_url(url: &str) -> Result<UrlParts<'_>, UrlError> {
+    let (scheme, host, port, path) = parts(url).map_err(|problem| UrlError {
+        url: url.to_owned(),
+        problem,
+    })?;
     Ok(UrlParts {
         origin: origin(scheme, host, port),
         path,
@@ -28,36 +58,31 @@ pub fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
 /// fragment removed). What extraction uses per span: it allocates nothing.
 ///
 /// # Errors
-/// As [`split_url`].
-pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), String> {
+/// The [`UrlProblem`], without allocating.
+pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), UrlProblem> {
     // The first `:` starts the `://` of every URL this is given per span; a general
     // substring search is kept for the rest.
     let (scheme, rest) = match url.find(':') {
         Some(i) if url[i..].starts_with("://") => (&url[..i], &url[i + 3..]),
-        _ => url.split_once("://").ok_or_else(|| {
-            format!("`{url}` is not an absolute URL such as http://host:8080/path")
-        })?,
+        _ => url.split_once("://").ok_or(UrlProblem::NotAbsolute)?,
     };
     if scheme.is_empty()
         || !scheme
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'-' || b == b'.')
     {
-        return Err(format!("`{url}` has no valid scheme"));
+        return Err(UrlProblem::NoScheme);
     }
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
     let (host, port) = split_host_port(host_port);
     if host.is_empty() {
-        return Err(format!("`{url}` names no host"));
+        return Err(UrlProblem::NoHost);
     }
     let port = match port {
         None => None,
-        Some(p) => Some(
-            p.parse::<u16>()
-                .map_err(|_| format!("`{url}` has an invalid port `{p}`"))?,
-        ),
+        Some(p) => Some(p.parse::<u16>().map_err(|_| UrlProblem::BadPort)?),
     };
     Ok((scheme, host, port, path_of(&rest[authority_end..])))
 }

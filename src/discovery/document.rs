@@ -191,7 +191,7 @@ fn resolve(
 ) -> Result<(Option<String>, String), DocumentError> {
     let reference = reference.trim();
     if reference.contains("://") {
-        let parts = url::split_url(reference).map_err(|p| err(at, p))?;
+        let parts = url::split_url(reference).map_err(|p| err(at, p.to_string()))?;
         return Ok((Some(parts.origin), trim_path(parts.path)));
     }
     if !reference.starts_with('/') && !reference.contains('/') && reference.contains(':') {

@@ -114,8 +114,6 @@ pub struct Attempt<'a> {
     pub operation: Operation<'a>,
     /// How it ended.
     pub signal: Signal<'a>,
-    /// The client marked it as a resend.
-    pub resend: bool,
     /// It already carries `refusal_gate.*` attributes (tagged by an upstream refusal-gate):
     /// it is forwarded as it is.
     pub tagged: bool,
@@ -157,7 +155,6 @@ struct Slots<'a> {
     rpc_status: Option<Val<'a>>,
     grpc_status: Option<i64>,
     error_type: Option<&'a str>,
-    resend: Option<i64>,
     tool: Option<&'a str>,
     prompt: Option<&'a str>,
     resource_uri: Option<&'a str>,
@@ -212,9 +209,6 @@ impl<'a> Slots<'a> {
             b"rpc.grpc.status_code" => self.grpc_status = as_int(v),
             // An empty error.type says nothing: some SDKs set it on every span.
             b"error.type" => self.error_type = as_str(v).filter(|t| !t.is_empty()),
-            b"http.request.resend_count" | b"http.resend_count" | b"http.retry_count" => {
-                self.resend = self.resend.max(as_int(v))
-            }
             b"gen_ai.tool.name" => self.tool = as_str(v),
             b"gen_ai.prompt.name" => self.prompt = as_str(v),
             b"mcp.resource.uri" => self.resource_uri = as_str(v),
@@ -433,7 +427,6 @@ pub fn extract<'a>(
                 .or(s.retry_after_legacy)
                 .and_then(|v| server_delay(v, span.end().max(span.start()))),
         },
-        resend: s.resend.is_some_and(|n| n > 0),
         tagged: s.tagged,
         start: span.start(),
         end: span.end().max(span.start()),
