@@ -28,4 +28,5 @@ pub mod state;
 pub mod tls;
 pub mod tracker;
 pub mod url;
+#[cfg(feature = "workload")]
 pub mod workload;
