@@ -1,0 +1,181 @@
+//! The checks a configuration must pass beyond its shape: addresses, URLs, limits and
+//! names that parse but cannot work, each refused with its key's path.
+//!
+//! Core: pure.
+
+use super::{Config, ConfigError};
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, problem: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                problem: problem.to_owned(),
+            })
+        };
+        if self.receivers.otlp.http.max_request_body_size_mib == 0 {
+            return invalid(
+                "receivers.otlp.http.max_request_body_size_mib".into(),
+                "must be at least 1",
+            );
+        }
+        if self.receivers.otlp.grpc.max_recv_msg_size_mib == 0 {
+            return invalid(
+                "receivers.otlp.grpc.max_recv_msg_size_mib".into(),
+                "must be at least 1",
+            );
+        }
+        for (key, n) in [
+            (
+                "receivers.otlp.grpc.max_concurrent_requests",
+                self.receivers.otlp.grpc.max_concurrent_requests,
+            ),
+            (
+                "receivers.otlp.http.max_concurrent_requests",
+                self.receivers.otlp.http.max_concurrent_requests,
+            ),
+        ] {
+            if n == 0 {
+                return invalid(key.into(), "must be at least 1");
+            }
+        }
+        if self.receivers.otlp.max_attributes_per_span == 0 {
+            return invalid(
+                "receivers.otlp.max_attributes_per_span".into(),
+                "must be at least 1",
+            );
+        }
+        if self.tracker.max_keys == 0 {
+            return invalid("tracker.max_keys".into(), "must be at least 1");
+        }
+        if self.tracker.max_retries > 64 {
+            return invalid("tracker.max_retries".into(), "must be at most 64");
+        }
+        if self.tracker.probe_window.is_zero() {
+            return invalid("tracker.probe_window".into(), "must be longer than 0");
+        }
+        if self.tracker.key_ttl < self.tracker.probe_window {
+            return invalid(
+                "tracker.key_ttl".into(),
+                "must be at least tracker.probe_window, or refusals expire before they can be honored",
+            );
+        }
+        if self.metrics.max_clients == 0 {
+            return invalid("metrics.max_clients".into(), "must be at least 1");
+        }
+        if self.metrics.max_interfaces == 0 {
+            return invalid("metrics.max_interfaces".into(), "must be at least 1");
+        }
+        if self.alerting.resolve_after.is_zero() {
+            return invalid("alerting.resolve_after".into(), "must be longer than 0");
+        }
+        if self.alerting.queue_size == 0 {
+            return invalid("alerting.queue_size".into(), "must be at least 1");
+        }
+        if let Some(am) = &self.alerting.alertmanager {
+            if !(am.url.starts_with("http://") || am.url.starts_with("https://"))
+                || crate::url::split_url(&am.url).is_err()
+            {
+                return invalid(
+                    "alerting.alertmanager.url".into(),
+                    "must be an http:// or https:// URL such as http://127.0.0.1:9093",
+                );
+            }
+            if am.timeout.is_zero() {
+                return invalid(
+                    "alerting.alertmanager.timeout".into(),
+                    "must be longer than 0",
+                );
+            }
+        }
+        if let Some(otlp) = &self.exporters.otlp {
+            if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://"))
+                || crate::url::split_url(&otlp.endpoint).is_err()
+            {
+                return invalid(
+                    "exporters.otlp.endpoint".into(),
+                    "must be an http:// or https:// URL such as http://127.0.0.1:4317",
+                );
+            }
+            if otlp.queue_size == 0 || otlp.batch_size == 0 {
+                return invalid(
+                    "exporters.otlp".into(),
+                    "queue_size and batch_size must be at least 1",
+                );
+            }
+            if otlp.timeout.is_zero() || otlp.batch_interval.is_zero() {
+                return invalid(
+                    "exporters.otlp".into(),
+                    "timeout and batch_interval must be longer than 0",
+                );
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, interface) in self.interfaces.iter().enumerate() {
+            let at = |field: &str| format!("interfaces[{i}].{field}");
+            if interface.name.is_empty() {
+                return invalid(at("name"), "must not be empty");
+            }
+            if !names.insert(interface.name.as_str()) {
+                return invalid(at("name"), "another interface has this name");
+            }
+            match (&interface.url, &interface.discovery.document) {
+                (Some(url), _) => {
+                    if let Err(problem) = crate::url::split_url(url) {
+                        return invalid(at("url"), &problem.to_string());
+                    }
+                }
+                (None, None) => {
+                    return invalid(at("url"), "is required unless discovery.document names it")
+                }
+                (None, Some(_)) => {}
+            }
+            if let Some(doc) = &interface.discovery.document {
+                match (&doc.file, &doc.url) {
+                    (Some(_), None) => {}
+                    (None, Some(url)) => {
+                        if !(url.starts_with("http://") || url.starts_with("https://"))
+                            || crate::url::split_url(url).is_err()
+                        {
+                            return invalid(
+                                at("discovery.document.url"),
+                                "must be an http:// or https:// URL",
+                            );
+                        }
+                    }
+                    _ => {
+                        return invalid(
+                            at("discovery.document"),
+                            "needs exactly one of file or url",
+                        )
+                    }
+                }
+                if doc.refresh.is_zero() || doc.timeout.is_zero() {
+                    return invalid(
+                        at("discovery.document"),
+                        "refresh and timeout must be longer than 0",
+                    );
+                }
+            }
+            for (j, endpoint) in interface.endpoints.iter().enumerate() {
+                if !endpoint.path.starts_with('/') {
+                    return invalid(at(&format!("endpoints[{j}].path")), "must start with /");
+                }
+                for method in &endpoint.methods {
+                    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+                        return invalid(
+                            at(&format!("endpoints[{j}].methods")),
+                            "each method must be an HTTP method such as GET or POST",
+                        );
+                    }
+                }
+            }
+            for (j, path) in interface.discovery.paths.iter().enumerate() {
+                if !path.starts_with('/') {
+                    return invalid(at(&format!("discovery.paths[{j}]")), "must start with /");
+                }
+            }
+        }
+        Ok(())
+    }
+}
