@@ -2,7 +2,7 @@
 //! admin endpoint and the background tasks, supervises them, and shuts them down in stages.
 //!
 //! Edge. Every listener is bound before anything is spawned, so a port conflict exits
-//! non-zero at once. Each stage's tasks are a `JoinSet`, stopped by one helper ([`stop`]).
+//! non-zero at once. Each stage's tasks are a `JoinSet`, stopped by one helper (`stop`).
 //! Every task is meant to run until shutdown: one that ends by itself (a receiver's serve
 //! loop failing, say) turns `/readyz` to 503 at once, is logged, and makes [`run`] shut down
 //! in stages and return an error, so the process exits non-zero and its orchestrator
@@ -545,7 +545,7 @@ impl Server {
         Ok(server)
     }
 
-    /// The shared ingest path (for tests and tools that want to look inside).
+    /// The pipeline (for tests and tools that want to look inside).
     pub fn pipeline(&self) -> &Arc<Pipeline> {
         &self.pipeline
     }

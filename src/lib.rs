@@ -2,8 +2,10 @@
 //! attempts, tags each as refusal, transient, throttled or ambiguous, remembers per client
 //! what each interface refused, and counts the retries that should not have happened.
 //!
-//! The contract is DESIGN.md; the pipeline is decode (edge) → [`extract`] (pure) →
-//! [`classify`] (pure) → [`tracker`] (state) → [`metrics`] (edge).
+//! The contract is DESIGN.md. A request's bytes reach [`pipeline::Pipeline::handle`] from a
+//! [`receiver`]; spans are read in place ([`otlp`]), then [`extract`] (pure) → [`classify`]
+//! (pure) → [`tracker`] (state) → [`metrics`], [`alert`] and, when forwarding, [`export`].
+//! The README's Layout section draws the layers of the modules; `tests/layers.rs` keeps them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,8 +1,9 @@
 //! The OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
 //!
 //! Edge. tonic frames, decompresses (gzip) and limits the message; a codec of our own hands
-//! the raw message bytes to the shared ingest path instead of decoding them with prost, so
-//! gRPC and HTTP reach the same decoder and one broken span does not fail its request.
+//! the raw message bytes to [`crate::pipeline::Pipeline::handle`] instead of decoding them
+//! with prost, so gRPC and HTTP reach the same reader and one broken span does not fail its
+//! request.
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 //! A request without a valid bearer token (when tokens are configured) is answered
 //! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`.

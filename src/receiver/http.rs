@@ -2,7 +2,7 @@
 //!
 //! Edge. It checks method, media type and encoding, reads the body up to the limit (and
 //! inflates gzip up to the same limit, so a small bomb never grows past it in memory), and
-//! hands the bytes to the shared ingest path. Before any of that, a request without a valid
+//! hands the bytes to [`crate::pipeline::Pipeline::handle`]. Before any of that, a request without a valid
 //! bearer token (when tokens are configured) is answered 401, and one over the concurrency
 //! limit 503 with `Retry-After`. An oversized body is refused with 413 after the
 //! rest of it is read and discarded (bounded), so the client reads the answer instead of a
