@@ -4,11 +4,11 @@
 //!
 //! Core: pure builders; deterministic for the same arguments.
 
+use crate::otlp::wire;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::encoding::{decode_key, decode_varint, WireType};
 use prost::Message;
 use std::ops::Range;
 
@@ -212,29 +212,16 @@ fn fields(
     within: Range<usize>,
     wanted: u32,
 ) -> impl Iterator<Item = Range<usize>> + '_ {
-    let end = within.end;
-    let mut rest = &buf[within];
-    std::iter::from_fn(move || loop {
-        if rest.is_empty() {
-            return None;
-        }
-        let (number, wire) = decode_key(&mut rest).expect("valid framing");
-        let len = match wire {
-            WireType::Varint => {
-                decode_varint(&mut rest).expect("valid framing");
-                0
-            }
-            WireType::SixtyFourBit => 8,
-            WireType::ThirtyTwoBit => 4,
-            WireType::LengthDelimited => decode_varint(&mut rest).expect("valid framing") as usize,
-            _ => panic!("no groups in OTLP"),
-        };
-        let start = end - rest.len();
-        rest = &rest[len..];
-        if number == wanted {
-            return Some(start..start + len);
-        }
-    })
+    let base = buf.as_ptr() as usize;
+    wire::raw_fields(&buf[within])
+        .map(|f| f.expect("valid framing"))
+        .filter(move |f| f.number == wanted)
+        .map(move |f| {
+            // A fixed64 is the last eight bytes of its field.
+            let value = f.payload.unwrap_or(&f.raw[f.raw.len().saturating_sub(8)..]);
+            let start = value.as_ptr() as usize - base;
+            start..start + value.len()
+        })
 }
 
 #[cfg(test)]
