@@ -2,8 +2,8 @@
 //!
 //! Core: pure. It reads each attribute once, borrows every string it keeps from the
 //! request, and allocates nothing (the normalised origin is built in a fixed buffer). A span
-//! is read through [`SpanView`]: straight from the protobuf bytes (the receivers' hot path)
-//! or from prost's owned types (JSON, replay). It does not classify, log, count or look at
+//! is read through [`SpanView`]: straight from the protobuf bytes (every request), from a
+//! Gate API question, or from prost's owned types (tests). It does not classify, log, count or look at
 //! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
 use crate::discovery::{is_reflection, InterfaceRef, Interfaces};

@@ -1,6 +1,6 @@
 //! A span and its attribute values as refusal-gate reads them, wherever they come from:
-//! [`SpanView`] over the protobuf bytes ([`super::wire::SpanRef`], the receivers' hot path) or
-//! over prost's owned [`Span`] (the Gate API's questions, tests), and [`Val`], an attribute's
+//! [`SpanView`] over the protobuf bytes ([`super::wire::SpanRef`]: every request, whatever
+//! its encoding) or over prost's owned [`Span`] (tests and tools), and [`Val`], an attribute's
 //! value, borrowed.
 //!
 //! Core: pure protocol code, no allocation; it knows nothing of the pipeline.
@@ -35,7 +35,7 @@ pub enum Val<'a> {
 pub enum Array<'a> {
     /// An `ArrayValue` message as it stands on the wire.
     Encoded(&'a [u8]),
-    /// Decoded by prost (OTLP/JSON, replay).
+    /// Decoded by prost (tests and tools).
     Owned(&'a [AnyValue]),
 }
 
