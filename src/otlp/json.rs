@@ -3,13 +3,13 @@
 //!
 //! Core: pure protocol code. Leniently: the request must be a JSON object of the right shape,
 //! and each span that does not deserialize is left out and counted, never failing its batch.
+//! What decoding holds is bounded by the body: no generic JSON value is ever built.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
-use serde_json::Value;
 
 /// Why a body is not an OTLP/JSON traces request.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,53 +29,31 @@ pub fn to_protobuf(body: &[u8]) -> Result<(Vec<u8>, u64), JsonError> {
 /// The request (resources and scopes whole) and how many spans were left out.
 fn request(body: &[u8]) -> Result<(ExportTraceServiceRequest, u64), JsonError> {
     // The fast path: a well-formed request deserializes in one pass. Only when it does not
-    // is the body walked span by span, so that one bad span costs only itself.
+    // is it read again, as the same shape with each span kept as its raw text and then
+    // deserialized on its own, so that one bad span costs only itself. Neither pass builds a
+    // generic JSON value: what they hold is bounded by the body (and a field refusal-gate
+    // does not know is skipped, never materialised).
     if let Ok(request) = serde_json::from_slice::<ExportTraceServiceRequest>(body) {
         return Ok((request, 0));
     }
-    fn list(v: Option<Value>, what: &str) -> Result<Vec<Value>, JsonError> {
-        match v {
-            Some(Value::Array(list)) => Ok(list),
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(_) => Err(JsonError(format!("{what} is not an array"))),
-        }
-    }
-    fn take<T: serde::de::DeserializeOwned + Default>(
-        v: Option<Value>,
-        what: &str,
-    ) -> Result<T, JsonError> {
-        match v {
-            None | Some(Value::Null) => Ok(T::default()),
-            Some(v) => serde_json::from_value(v).map_err(|e| JsonError(format!("{what}: {e}"))),
-        }
-    }
-    fn object<'v>(
-        v: &'v mut Value,
-        what: &str,
-    ) -> Result<&'v mut serde_json::Map<String, Value>, JsonError> {
-        v.as_object_mut()
-            .ok_or_else(|| JsonError(format!("{what} is not an object")))
-    }
-    let mut root: Value = serde_json::from_slice(body).map_err(|e| JsonError(e.to_string()))?;
-    let root = object(&mut root, "the request")?;
+    let lenient: Lenient<'_> =
+        serde_json::from_slice(body).map_err(|e| JsonError(e.to_string()))?;
     let mut request = ExportTraceServiceRequest::default();
     let mut left_out = 0;
-    for mut rs in list(root.remove("resourceSpans"), "resourceSpans")? {
-        let rs = object(&mut rs, "a resourceSpans entry")?;
+    for rs in lenient.resource_spans.unwrap_or_default() {
         let mut out = ResourceSpans {
-            resource: Some(take::<Resource>(rs.remove("resource"), "resource")?),
-            schema_url: take(rs.remove("schemaUrl"), "schemaUrl")?,
+            resource: Some(rs.resource.unwrap_or_default()),
+            schema_url: rs.schema_url.unwrap_or_default(),
             ..Default::default()
         };
-        for mut scope in list(rs.remove("scopeSpans"), "scopeSpans")? {
-            let scope = object(&mut scope, "a scopeSpans entry")?;
+        for scope in rs.scope_spans.unwrap_or_default() {
             let mut ss = ScopeSpans {
-                scope: take::<Option<InstrumentationScope>>(scope.remove("scope"), "scope")?,
-                schema_url: take(scope.remove("schemaUrl"), "schemaUrl")?,
+                scope: scope.scope,
+                schema_url: scope.schema_url.unwrap_or_default(),
                 ..Default::default()
             };
-            for span in list(scope.remove("spans"), "spans")? {
-                match serde_json::from_value::<Span>(span) {
+            for span in scope.spans.unwrap_or_default() {
+                match serde_json::from_str::<Span>(span.get()) {
                     Ok(span) => ss.spans.push(span),
                     Err(_) => left_out += 1,
                 }
@@ -85,6 +63,36 @@ fn request(body: &[u8]) -> Result<(ExportTraceServiceRequest, u64), JsonError> {
         request.resource_spans.push(out);
     }
     Ok((request, left_out))
+}
+
+/// An export request whose spans are kept as their raw JSON text. `null` stands for absent.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Lenient<'a> {
+    #[serde(borrow, default)]
+    resource_spans: Option<Vec<LenientResourceSpans<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LenientResourceSpans<'a> {
+    #[serde(default)]
+    resource: Option<Resource>,
+    #[serde(default)]
+    schema_url: Option<String>,
+    #[serde(borrow, default)]
+    scope_spans: Option<Vec<LenientScopeSpans<'a>>>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LenientScopeSpans<'a> {
+    #[serde(default)]
+    scope: Option<InstrumentationScope>,
+    #[serde(default)]
+    schema_url: Option<String>,
+    #[serde(borrow, default)]
+    spans: Option<Vec<&'a serde_json::value::RawValue>>,
 }
 
 #[cfg(test)]

@@ -113,23 +113,18 @@ impl UnaryService<Bytes> for Export {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let pipeline = Arc::clone(&self.0);
-        Box::pin(async move { export(&pipeline, &request.into_inner()) })
+        Box::pin(async move { export(&pipeline, request.into_inner()).await })
     }
 }
 
 /// Runs one request through the shared path; the classification runs inline, with no
 /// queue hop. A full export queue answers `UNAVAILABLE` with `RetryInfo`.
-fn export(
-    pipeline: &Pipeline,
-    body: &[u8],
+async fn export(
+    pipeline: &Arc<Pipeline>,
+    body: Bytes,
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
-    let summary = pipeline
-        .handle(
-            Transport::Grpc,
-            body,
-            Encoding::Protobuf,
-            crate::clock::now(),
-        )
+    let summary = super::handle(pipeline, Transport::Grpc, body, Encoding::Protobuf)
+        .await
         .map_err(|e| status(&e))?;
     let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
         rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),

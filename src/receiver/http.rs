@@ -92,10 +92,7 @@ async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
         Ok(body) => body,
         Err(e) => return refuse(&rx, encoding, &e),
     };
-    let summary = match rx
-        .pipeline
-        .handle(Transport::Http, &body, encoding, crate::clock::now())
-    {
+    let summary = match super::handle(&rx.pipeline, Transport::Http, body, encoding).await {
         Ok(summary) => summary,
         // `handle` counted it already.
         Err(e) => return answer_error(encoding, &e),

