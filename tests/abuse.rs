@@ -125,3 +125,46 @@ where
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grpc_receiver_answers_415_to_what_is_not_grpc() {
+    let dir = temp_dir("grpc-type");
+    let (config, ports) = binary_config(&dir, "grpc-type", "");
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("a client");
+    let url = format!(
+        "http://127.0.0.1:{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        ports.grpc
+    );
+    for content_type in ["text/plain", "application/json", ""] {
+        let mut request = h2.post(&url).body(vec![0u8, 0, 0, 0, 0]);
+        if !content_type.is_empty() {
+            request = request.header("content-type", content_type);
+        }
+        let answer = request.send().await.expect("answered");
+        assert_eq!(answer.status(), 415, "{content_type:?}");
+    }
+    // gRPC itself still gets through: an empty export is OK.
+    let answer = h2
+        .post(&url)
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(vec![0u8, 0, 0, 0, 0])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+    let m = metrics(ports.admin).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_receiver_refused_requests_total",
+            &[("transport", "grpc"), ("reason", "unsupported_media_type")]
+        ),
+        3.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

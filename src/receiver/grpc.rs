@@ -6,7 +6,8 @@
 //! request.
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 //! A request without a valid bearer token (when tokens are configured) is answered
-//! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`.
+//! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`; one
+//! whose `content-type` is not `application/grpc…` HTTP 415, as the gRPC protocol says.
 
 use crate::access::{Limit, Tokens};
 use crate::export::EXPORT_PATH;
@@ -170,7 +171,24 @@ where
             .admit(authorization.map(http::HeaderValue::as_bytes));
         // Taken before the message is read: reading it counts against the limit too.
         let permit = admitted.then(|| self.concurrency.try_enter()).flatten();
+        let grpc_content = req
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.get(..16)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("application/grpc"))
+            });
         Box::pin(async move {
+            if !grpc_content {
+                // Not gRPC at all: as the gRPC protocol says, HTTP 415, no gRPC status.
+                pipeline
+                    .metrics()
+                    .refused_request(Transport::Grpc, "unsupported_media_type");
+                let mut response = http::Response::new(tonic::body::Body::empty());
+                *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+                return Ok(response);
+            }
             if req.uri().path() != EXPORT_PATH {
                 return Ok(Status::unimplemented("only TraceService/Export is served").into_http());
             }
