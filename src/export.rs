@@ -42,6 +42,12 @@ pub enum Reservation {
     Dropped,
     /// Full, and `on_full: backpressure`: refuse the request with a retry hint.
     Refused,
+    /// More than the whole queue holds, and `on_full: backpressure`: it can never fit, so it
+    /// is refused for good (a retry would be refused the same way).
+    NeverFits {
+        /// What the queue holds at most.
+        capacity: usize,
+    },
 }
 
 struct Item {
@@ -87,6 +93,9 @@ impl Exporter {
     /// Reserves room for `spans` spans.
     pub fn reserve(&self, spans: usize) -> Reservation {
         let cap = self.config.queue_size;
+        if spans > cap && self.config.on_full == OnFull::Backpressure {
+            return Reservation::NeverFits { capacity: cap };
+        }
         let granted = self
             .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {

@@ -168,3 +168,67 @@ async fn the_grpc_receiver_answers_415_to_what_is_not_grpc() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_larger_than_the_export_queue_is_refused_for_good() {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    let dir = temp_dir("never-fits");
+    // Nothing listens downstream; the queue holds 10 spans.
+    let nowhere = common::free_port();
+    let (config, ports) = binary_config(
+        &dir,
+        "never-fits",
+        &format!(
+            "exporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{nowhere}', queue_size: 10 }}\n"
+        ),
+    );
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let spans = |n: u64| {
+        common::export(
+            "big-agent",
+            (0..n)
+                .map(|i| common::http_span(i, "GET", "http://api.test/x", 200))
+                .collect(),
+        )
+    };
+    // OTLP/HTTP: 400, not a retryable 503, and the message says why.
+    let answer = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(&ExportTraceServiceRequest::decode(&spans(11)[..]).expect("valid"))
+                .expect("JSON"),
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 400);
+    assert!(answer.headers().get("retry-after").is_none());
+    let text = answer.text().await.expect("a body");
+    assert!(
+        text.contains("more than the export queue ever holds (10)"),
+        "{text}"
+    );
+    // OTLP/gRPC: INVALID_ARGUMENT, no RetryInfo.
+    let mut client = TraceServiceClient::connect(format!("http://127.0.0.1:{}", ports.grpc))
+        .await
+        .expect("connects");
+    let request = ExportTraceServiceRequest::decode(&spans(11)[..]).expect("valid");
+    let status = client.export(request).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    // What fits still goes in.
+    let request = ExportTraceServiceRequest::decode(&spans(10)[..]).expect("valid");
+    client.export(request).await.expect("accepted");
+    let m = metrics(ports.admin).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_receiver_refused_requests_total",
+            &[("reason", "exceeds_queue")]
+        ),
+        2.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -38,6 +38,15 @@ pub enum IngestError {
         /// How long the sender should wait.
         retry_after: std::time::Duration,
     },
+    /// The request holds more spans than the whole export queue: it can never be forwarded,
+    /// so it is refused for good (not retryable).
+    #[error("the request holds {spans} spans, more than the export queue ever holds ({capacity}): send it in smaller requests")]
+    ExceedsQueue {
+        /// The spans of the request.
+        spans: u64,
+        /// `exporters.otlp.queue_size`.
+        capacity: usize,
+    },
     /// The export queue is full: retry after the hint (OTLP's retryable answer).
     #[error("the export queue is full; retry after {}s", retry_after.as_secs())]
     Overloaded {
@@ -68,6 +77,7 @@ impl IngestError {
             IngestError::UnsupportedEncoding(_) => "unsupported_encoding",
             IngestError::BadGzip(_) => "bad_gzip",
             IngestError::Overloaded { .. } => "queue_full",
+            IngestError::ExceedsQueue { .. } => "exceeds_queue",
             IngestError::Unauthenticated => "unauthenticated",
             IngestError::Busy { .. } => "concurrency_limit",
         }
@@ -76,7 +86,9 @@ impl IngestError {
     /// The OTLP/HTTP status.
     pub fn http_status(&self) -> u16 {
         match self {
-            IngestError::Malformed { .. } | IngestError::BadGzip(_) => 400,
+            IngestError::Malformed { .. }
+            | IngestError::BadGzip(_)
+            | IngestError::ExceedsQueue { .. } => 400,
             IngestError::TooLarge { .. } => 413,
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
             IngestError::Overloaded { .. } | IngestError::Busy { .. } => 503,

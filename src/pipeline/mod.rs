@@ -234,11 +234,20 @@ impl Pipeline {
             return Ok(self.ingest(transport, body, left_out, now, None).0);
         };
         let reservation = exporter.reserve(spans);
-        if reservation == Reservation::Refused {
-            return Err(IngestError::Overloaded {
-                retry_after: crate::export::RETRY_HINT,
-                spans: spans as u64,
-            });
+        match reservation {
+            Reservation::Refused => {
+                return Err(IngestError::Overloaded {
+                    retry_after: crate::export::RETRY_HINT,
+                    spans: spans as u64,
+                })
+            }
+            Reservation::NeverFits { capacity } => {
+                return Err(IngestError::ExceedsQueue {
+                    spans: spans as u64,
+                    capacity,
+                })
+            }
+            Reservation::Granted | Reservation::Dropped => {}
         }
         let mut tags = SpanTags::with_capacity(spans, TAG_BYTES);
         let (summary, malformed_at) = self.ingest(transport, body, left_out, now, Some(&mut tags));
