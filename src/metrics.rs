@@ -102,6 +102,7 @@ pub struct Metrics {
     document_loads: IntCounterVec,
     alerts: IntCounterVec,
     alert_deliveries: IntCounterVec,
+    alert_watchers_refused: IntCounterVec,
     exporter_sent: IntCounter,
     exporter_failed: IntCounterVec,
     exporter_queue: IntGauge,
@@ -220,6 +221,12 @@ impl Metrics {
             "Alert deliveries by receiver and outcome (sent, failed and retried, rejected, dropped).",
             &["receiver", "outcome"],
         );
+        let alert_watchers_refused = counter_vec(
+            &r,
+            "refusal_gate_alert_watchers_refused_total",
+            "Alert watchers (WatchAlerts streams, /v1/alerts/stream subscribers) refused at alerting.max_watchers.",
+            &["endpoint"],
+        );
         let exporter_sent = IntCounter::new(
             "refusal_gate_exporter_sent_spans_total",
             "Spans forwarded and accepted downstream.",
@@ -308,6 +315,7 @@ impl Metrics {
             document_loads,
             alerts,
             alert_deliveries,
+            alert_watchers_refused,
             exporter_sent,
             exporter_failed,
             exporter_queue,
@@ -580,9 +588,13 @@ impl Metrics {
     }
 
     /// The alert counters, for the alerter: (`refusal_gate_alerts_total`,
-    /// `refusal_gate_alert_deliveries_total`).
-    pub fn alert_counters(&self) -> (IntCounterVec, IntCounterVec) {
-        (self.alerts.clone(), self.alert_deliveries.clone())
+    /// `refusal_gate_alert_deliveries_total`, `refusal_gate_alert_watchers_refused_total`).
+    pub fn alert_counters(&self) -> (IntCounterVec, IntCounterVec, IntCounterVec) {
+        (
+            self.alerts.clone(),
+            self.alert_deliveries.clone(),
+            self.alert_watchers_refused.clone(),
+        )
     }
 
     /// The exporter's counters.

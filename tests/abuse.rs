@@ -232,3 +232,58 @@ async fn a_request_larger_than_the_export_queue_is_refused_for_good() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alert_watchers_are_capped_and_a_place_comes_back() {
+    use refusal_gate::gate::proto::refusal_gate_client::RefusalGateClient;
+    use refusal_gate::gate::proto::WatchAlertsRequest;
+    let dir = temp_dir("watchers");
+    let (config, ports) = binary_config(&dir, "watchers", "alerting:\n  max_watchers: 2\n");
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let sse = format!("http://127.0.0.1:{}/v1/alerts/stream", ports.admin);
+    let first = reqwest::get(&sse).await.expect("answered");
+    assert_eq!(first.status(), 200);
+    let mut gate = RefusalGateClient::connect(format!("http://127.0.0.1:{}", ports.grpc))
+        .await
+        .expect("connects");
+    let second = gate
+        .watch_alerts(WatchAlertsRequest::default())
+        .await
+        .expect("a place is left");
+    // Both places are taken: the next watcher is refused on either endpoint.
+    let refused = reqwest::get(&sse).await.expect("answered");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let status = gate
+        .watch_alerts(WatchAlertsRequest::default())
+        .await
+        .expect_err("no place is left");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    // A watcher that goes gives its place back.
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = reqwest::get(&sse).await.expect("answered");
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(second);
+    let m = metrics(ports.admin).await;
+    for endpoint in ["sse", "grpc"] {
+        assert!(
+            value(
+                &m,
+                "refusal_gate_alert_watchers_refused_total",
+                &[("endpoint", endpoint)]
+            ) >= 1.0,
+            "{endpoint}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

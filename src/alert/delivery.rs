@@ -10,6 +10,7 @@
 //! are retried with backoff (honouring `Retry-After`); any other 4xx is not.
 
 use super::{ActiveAlerts, Alert, Raised, Severity};
+use crate::access::Limit;
 use crate::config::{AlertingConfig, AlertmanagerConfig};
 use crate::retry::{self, Answer, Backoff};
 use crate::tracker::{Nanos, Violation};
@@ -36,18 +37,27 @@ pub struct Alerter {
     /// Every violation as it is raised, for `WatchAlerts` and `/v1/alerts/stream`; a
     /// watcher that falls [`WATCH_BUFFER`] behind skips ahead.
     watch: tokio::sync::broadcast::Sender<Alert>,
+    /// At most `alerting.max_watchers` watchers at once, each holding a permit.
+    watchers: Limit,
+    watchers_refused: IntCounterVec,
 }
+
+/// A watcher's place under `alerting.max_watchers`, given back when it is dropped.
+#[derive(Debug)]
+pub struct WatchPermit(#[allow(dead_code)] tokio::sync::OwnedSemaphorePermit);
 
 /// How many alerts a slow watcher may fall behind before it skips ahead.
 pub const WATCH_BUFFER: usize = 1024;
 
 impl Alerter {
     /// An alerter with `config`'s limits, counting into the given counters
-    /// (`refusal_gate_alerts_total`, `refusal_gate_alert_deliveries_total`).
+    /// (`refusal_gate_alerts_total`, `refusal_gate_alert_deliveries_total`,
+    /// `refusal_gate_alert_watchers_refused_total`).
     pub fn new(
         config: &AlertingConfig,
         alerts_total: IntCounterVec,
         deliveries: IntCounterVec,
+        watchers_refused: IntCounterVec,
     ) -> Alerter {
         let resolve_after = u64::try_from(config.resolve_after.as_nanos()).unwrap_or(u64::MAX);
         Alerter {
@@ -61,12 +71,24 @@ impl Alerter {
             }),
             deliveries,
             watch: tokio::sync::broadcast::channel(WATCH_BUFFER).0,
+            watchers: Limit::new(config.max_watchers),
+            watchers_refused,
         }
     }
 
-    /// Every violation raised from now on.
-    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Alert> {
-        self.watch.subscribe()
+    /// Every violation raised from now on, while the permit is held; `None` (counted by
+    /// `endpoint`) when `alerting.max_watchers` watchers already hold one.
+    pub fn subscribe(
+        &self,
+        endpoint: &str,
+    ) -> Option<(tokio::sync::broadcast::Receiver<Alert>, WatchPermit)> {
+        match self.watchers.try_enter() {
+            Some(permit) => Some((self.watch.subscribe(), WatchPermit(permit))),
+            None => {
+                self.watchers_refused.with_label_values(&[endpoint]).inc();
+                None
+            }
+        }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, ActiveAlerts> {

@@ -514,6 +514,9 @@ pub struct AlertingConfig {
     /// The most distinct alerts held (firing or waiting for delivery); past it new ones
     /// are dropped and counted.
     pub queue_size: usize,
+    /// The most alert watchers at once (`WatchAlerts` streams and `/v1/alerts/stream`
+    /// subscribers together); past it new ones are refused and counted.
+    pub max_watchers: usize,
 }
 
 impl Default for AlertingConfig {
@@ -523,6 +526,7 @@ impl Default for AlertingConfig {
             resolve_after: Duration::from_secs(300),
             min_severity: Severity::Warning,
             queue_size: 10_000,
+            max_watchers: 100,
         }
     }
 }

@@ -160,8 +160,14 @@ impl RefusalGate for Gate {
             interface: r.interface,
             min_severity: r.min_severity,
         };
-        let stream = super::alerts_until(self.pipeline.alerter(), filter, self.stop.clone())
-            .map(|a| Ok(alert(&a)));
+        let stream =
+            super::alerts_until(self.pipeline.alerter(), filter, self.stop.clone(), "grpc")
+                .ok_or_else(|| {
+                    Status::resource_exhausted(
+                        "alerting.max_watchers watchers are already open; try again later",
+                    )
+                })?
+                .map(|a| Ok(alert(&a)));
         Ok(Response::new(Box::pin(stream)))
     }
 }

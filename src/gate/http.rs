@@ -59,13 +59,24 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Response {
-    let alerts =
-        super::alerts_until(m.pipeline.alerter(), filter, m.stop.clone()).filter_map(|a| {
-            let json = serde_json::to_string(&super::grpc::alert(&a)).ok()?;
-            Some(Ok::<_, std::convert::Infallible>(
-                Event::default().event("alert").data(json),
-            ))
-        });
+    let Some(alerts) = super::alerts_until(m.pipeline.alerter(), filter, m.stop.clone(), "sse")
+    else {
+        let mut refused = error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "alerting.max_watchers watchers are already open; try again later",
+        );
+        refused.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        return refused;
+    };
+    let alerts = alerts.filter_map(|a| {
+        let json = serde_json::to_string(&super::grpc::alert(&a)).ok()?;
+        Some(Ok::<_, std::convert::Infallible>(
+            Event::default().event("alert").data(json),
+        ))
+    });
     Sse::new(alerts)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

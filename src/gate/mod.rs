@@ -487,31 +487,39 @@ fn protocol_name(p: InterfaceProtocol) -> &'static str {
 }
 
 /// The alerts `filter` admits, raised from now on, until `stop` turns true (the server
-/// shutting down: an open watch must not hold up a graceful stop). A watcher that falls
-/// [`crate::alert::delivery::WATCH_BUFFER`] behind skips what it missed.
+/// shutting down: an open watch must not hold up a graceful stop); `None` when
+/// `alerting.max_watchers` watchers are already open (counted by `endpoint`). A watcher that
+/// falls [`crate::alert::delivery::WATCH_BUFFER`] behind skips what it missed.
 pub fn alerts_until(
     alerter: &crate::alert::delivery::Alerter,
     filter: Filter,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> impl tokio_stream::Stream<Item = Alert> + Send + 'static {
+    endpoint: &str,
+) -> Option<impl tokio_stream::Stream<Item = Alert> + Send + 'static> {
     use tokio_stream::wrappers::{BroadcastStream, WatchStream};
     use tokio_stream::StreamExt;
     enum Item {
         Alert(Alert),
         Stop,
     }
-    let alerts = BroadcastStream::new(alerter.subscribe())
-        .filter_map(move |a| a.ok().filter(|a| filter.admits(a)).map(Item::Alert));
+    let (receiver, permit) = alerter.subscribe(endpoint)?;
+    // The stream holds the permit: the watcher's place is given back when it is dropped.
+    let alerts = BroadcastStream::new(receiver).filter_map(move |a| {
+        let _held = &permit;
+        a.ok().filter(|a| filter.admits(a)).map(Item::Alert)
+    });
     let stop = WatchStream::new(stop)
         .filter(|stopping| *stopping)
         .map(|_| Item::Stop);
-    alerts
-        .merge(stop)
-        .take_while(|item| matches!(item, Item::Alert(_)))
-        .filter_map(|item| match item {
-            Item::Alert(a) => Some(a),
-            Item::Stop => None,
-        })
+    Some(
+        alerts
+            .merge(stop)
+            .take_while(|item| matches!(item, Item::Alert(_)))
+            .filter_map(|item| match item {
+                Item::Alert(a) => Some(a),
+                Item::Stop => None,
+            }),
+    )
 }
 
 /// Which alerts a watcher wants.

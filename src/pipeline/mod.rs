@@ -93,7 +93,7 @@ impl Pipeline {
         metrics: Metrics,
         alerting: &AlertingConfig,
     ) -> Pipeline {
-        let (alerts, deliveries) = metrics.alert_counters();
+        let (alerts, deliveries, watchers_refused) = metrics.alert_counters();
         // A random seed: the standard library's per-process random keys.
         let seed = std::hash::BuildHasher::hash_one(
             &std::collections::hash_map::RandomState::new(),
@@ -103,7 +103,7 @@ impl Pipeline {
             catalog,
             tracker,
             metrics,
-            alerter: Arc::new(Alerter::new(alerting, alerts, deliveries)),
+            alerter: Arc::new(Alerter::new(alerting, alerts, deliveries, watchers_refused)),
             exporter: None,
             hasher: foldhash::fast::FixedState::with_seed(seed),
             seed,
