@@ -4,7 +4,9 @@
 //! its counters are created lazily, once, and then only incremented — `with_label_values`
 //! (a lock and a hash) runs once per series, never per span. Label values are capped:
 //! past `max_clients` client names or `max_interfaces` interface names the value is
-//! `__overflow__`, counted in `refusal_gate_label_overflow_total`. A pair with no attempt
+//! `__overflow__`, counted in `refusal_gate_label_overflow_total`; and past `max_series`
+//! pairs a new pair shares the (`__overflow__`, `__overflow__`) one (counted with
+//! `label="series"`), so `/metrics` stays small enough to scrape whatever the fleet does. A pair with no attempt
 //! counted for `series_ttl` is expired: its series leave `/metrics`, its names free their
 //! places under the caps, and its id is reused (an id carries a generation, so a stale one
 //! is never taken for its successor), counted in `refusal_gate_series_expired_total`.
@@ -364,6 +366,16 @@ impl Metrics {
         if let Some(id) = names.pairs.get(&key) {
             return *id;
         }
+        // The pairs are capped too: names each under their caps still make their product.
+        let (key, client_ok, interface_ok) = if names.pairs.len() >= self.config.max_series {
+            self.label_overflow.with_label_values(&["series"]).inc();
+            if let Some(id) = names.pairs.get(&(0, 0)) {
+                return *id;
+            }
+            ((0, 0), false, false)
+        } else {
+            (key, client_ok, interface_ok)
+        };
         if client_ok {
             *names.clients.entry(client_hash).or_default() += 1;
         }
@@ -658,8 +670,34 @@ mod tests {
         Metrics::new(&MetricsConfig {
             max_clients: 2,
             max_interfaces: 10,
+            max_series: 100,
             series_ttl: std::time::Duration::from_secs(series_ttl),
         })
+    }
+
+    #[test]
+    fn pairs_past_max_series_share_the_overflow_pair_of_both_names() {
+        let m = Metrics::new(&MetricsConfig {
+            max_clients: 100,
+            max_interfaces: 100,
+            max_series: 50,
+            series_ttl: std::time::Duration::ZERO,
+        });
+        let mut ids = std::collections::HashSet::new();
+        for client in 1..=10u64 {
+            for interface in 1..=10u64 {
+                let id = m.labels(client, &format!("c{client}"), 100 + interface, "i");
+                ids.insert(id);
+                m.record(&[counted(id)]);
+            }
+        }
+        assert_eq!(ids.len(), 51, "50 pairs, then the overflow one");
+        let text = m.render();
+        assert!(text.contains("client=\"__overflow__\",interface=\"__overflow__\""));
+        assert!(text.contains("refusal_gate_label_overflow_total{label=\"series\"} 50"));
+        // A pair already made keeps its own series.
+        assert_eq!(m.labels(1, "c1", 101, "i"), m.labels(1, "c1", 101, "i"));
+        assert!(!text.contains("refusal_gate_label_overflow_total{label=\"client\"}"));
     }
 
     #[test]

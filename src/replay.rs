@@ -253,6 +253,7 @@ impl Replay {
         let metrics = MetricsConfig {
             max_clients: usize::MAX,
             max_interfaces: usize::MAX,
+            max_series: usize::MAX,
             // A replay never sweeps; its report shows every pair.
             series_ttl: std::time::Duration::ZERO,
         };

@@ -287,3 +287,54 @@ async fn alert_watchers_are_capped_and_a_place_comes_back() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_series_cap_holds_for_a_thousand_clients_times_five_hundred_interfaces() {
+    let dir = temp_dir("series");
+    let (config, ports) = binary_config(&dir, "series", "");
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    // 1,000 services, each calling 500 origins once: 500,000 pairs, each name within its cap.
+    for service in 0..1000u64 {
+        let spans = (0..500u64)
+            .map(|origin| {
+                let mut s =
+                    common::http_span(origin, "GET", &format!("http://o{origin}.test/x"), 200);
+                s.span_id = (service * 1000 + origin + 1).to_be_bytes().to_vec();
+                s
+            })
+            .collect();
+        let body = common::export(&format!("svc-{service}"), spans);
+        let answer = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+    }
+    let m = metrics(ports.admin).await;
+    assert!(m.len() < 2 << 20, "/metrics is {} bytes", m.len());
+    let pairs: std::collections::BTreeSet<(String, String)> =
+        common::series(&m, "refusal_gate_attempts_total")
+            .into_iter()
+            .map(|(labels, _)| (labels["client"].clone(), labels["interface"].clone()))
+            .collect();
+    assert!(pairs.len() <= 10_001, "{} pairs", pairs.len());
+    assert!(pairs.contains(&("__overflow__".into(), "__overflow__".into())));
+    assert_eq!(
+        value(&m, "refusal_gate_attempts_total", &[]),
+        500_000.0,
+        "every attempt is still counted"
+    );
+    assert!(
+        value(
+            &m,
+            "refusal_gate_label_overflow_total",
+            &[("label", "series")]
+        ) >= 490_000.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

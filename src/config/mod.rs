@@ -357,6 +357,9 @@ pub struct MetricsConfig {
     pub max_clients: usize,
     /// Distinct `interface` label values; past the cap the value is `__overflow__`.
     pub max_interfaces: usize,
+    /// Distinct (client, interface) pairs — the clients and interfaces caps alone allow
+    /// their product; past it new pairs share the (`__overflow__`, `__overflow__`) one.
+    pub max_series: usize,
     /// A (client, interface) pair with no attempt counted this long loses its series and
     /// frees its names' places under the caps; 0 keeps series forever.
     #[serde(deserialize_with = "duration")]
@@ -368,6 +371,7 @@ impl Default for MetricsConfig {
         MetricsConfig {
             max_clients: 1000,
             max_interfaces: 500,
+            max_series: 10_000,
             series_ttl: Duration::from_secs(3600),
         }
     }
