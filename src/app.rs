@@ -114,13 +114,31 @@ impl Supervisor {
                     () = injected_failure(name) => {}
                 }
             };
-            task.await;
+            // A task of its own, so that a panic is seen here as an end like any other;
+            // aborting this one aborts it too.
+            let inner = tokio::spawn(task);
+            let _abort = AbortOnDrop(inner.abort_handle());
+            let ended = inner.await;
             if !supervisor.stopping.load(Ordering::Acquire) {
                 supervisor.ready.store(false, Ordering::Release);
-                tracing::error!(task = name, "A task ended unexpectedly; not ready.");
+                match ended {
+                    Err(e) if e.is_panic() => {
+                        tracing::error!(task = name, "A task panicked; not ready.")
+                    }
+                    _ => tracing::error!(task = name, "A task ended unexpectedly; not ready."),
+                }
                 let _ = supervisor.ended.send(name);
             }
         }
+    }
+}
+
+/// Aborts a task when dropped: a supervised task goes with its supervisor.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -158,9 +176,13 @@ fn record_load(pipeline: &Pipeline, r: &LoadReport) {
             tracing::info!(interface = %r.interface, source = %r.source, "Discovery document loaded.")
         }
         (LoadOutcome::NotModified, _) => {}
-        (LoadOutcome::Refused, Some(e)) => tracing::error!(
+        (LoadOutcome::Refused | LoadOutcome::RedirectRefused, Some(e)) => tracing::error!(
             interface = %r.interface, source = %r.source, error = %e,
             "Discovery document refused: a configuration error; not retried."
+        ),
+        (LoadOutcome::TooLarge, Some(e)) => tracing::warn!(
+            interface = %r.interface, source = %r.source, error = %e,
+            "Discovery document too large; the last good one stays in force."
         ),
         (LoadOutcome::Failed, Some(e)) => tracing::warn!(
             interface = %r.interface, source = %r.source, error = %e,
@@ -393,9 +415,7 @@ impl Server {
         for report in &reports {
             record_load(&pipeline, report);
         }
-        let http_client = reqwest::Client::builder()
-            .user_agent(concat!("refusal-gate/", env!("CARGO_PKG_VERSION")))
-            .build()
+        let http_client = loader::http_client()
             .context("cannot build the HTTP client for discovery documents")?;
         let ready = Arc::new(AtomicBool::new(true));
         let (ended_tx, ended) = mpsc::unbounded_channel();

@@ -338,3 +338,145 @@ async fn the_series_cap_holds_for_a_thousand_clients_times_five_hundred_interfac
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_documents_too_large_or_redirected_elsewhere_are_refused_and_counted() {
+    use axum::response::{IntoResponse, Redirect};
+    use axum::routing::get;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let card = |url: &str| {
+        format!("{{\"title\": \"t\", \"remotes\": [{{\"type\": \"streamable-http\", \"url\": \"{url}\"}}]}}")
+    };
+    // Another origin, which must never be asked.
+    let elsewhere_hits = Arc::new(AtomicUsize::new(0));
+    let hits = Arc::clone(&elsewhere_hits);
+    let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let elsewhere_port = elsewhere.local_addr().expect("an address").port();
+    let other_card = card("http://elsewhere.test/mcp");
+    tokio::spawn(async move {
+        let app = axum::Router::new().route(
+            "/card.json",
+            get(move || {
+                hits.fetch_add(1, Ordering::SeqCst);
+                let body = other_card.clone();
+                async move { body }
+            }),
+        );
+        axum::serve(elsewhere, app).await
+    });
+    let home = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let home_port = home.local_addr().expect("an address").port();
+    let own_card = card("http://home.test/mcp");
+    tokio::spawn(async move {
+        let big = vec![b' '; 5 << 20];
+        let app = axum::Router::new()
+            .route(
+                "/big.json",
+                get(move || async move { big.clone().into_response() }),
+            )
+            .route(
+                "/moved.json",
+                get(move || async move {
+                    Redirect::temporary(&format!("http://localhost:{elsewhere_port}/card.json"))
+                }),
+            )
+            .route(
+                "/same.json",
+                get(|| async { Redirect::temporary("/card.json") }),
+            )
+            .route("/card.json", get(move || async move { own_card.clone() }));
+        axum::serve(home, app).await
+    });
+    let dir = temp_dir("documents");
+    let interface = |name: &str, path: &str| {
+        format!(
+            "  - name: {name}\n    protocol: mcp\n    discovery:\n      document: {{ url: 'http://127.0.0.1:{home_port}{path}' }}\n"
+        )
+    };
+    let (config, ports) = binary_config(
+        &dir,
+        "documents",
+        &format!(
+            "interfaces:\n{}{}{}",
+            interface("big", "/big.json"),
+            interface("moved", "/moved.json"),
+            interface("same", "/same.json")
+        ),
+    );
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let loads = |m: &str, interface: &str, outcome: &str| {
+        value(
+            m,
+            "refusal_gate_discovery_document_loads_total",
+            &[("interface", interface), ("outcome", outcome)],
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = metrics(ports.admin).await;
+        let seen = (
+            loads(&m, "big", "too_large"),
+            loads(&m, "moved", "redirect_refused"),
+            loads(&m, "same", "loaded"),
+        );
+        if seen == (1.0, 1.0, 1.0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "loads: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        elsewhere_hits.load(Ordering::SeqCst),
+        0,
+        "the other origin was never asked"
+    );
+    // A refused document is a configuration error, not a failure of the process: its watcher
+    // waits for a reload, and the server stays ready.
+    let ready = reqwest::get(format!("http://127.0.0.1:{}/readyz", ports.admin))
+        .await
+        .expect("answers");
+    assert_eq!(ready.status(), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn validate_refuses_what_is_not_a_regular_file_and_does_not_hang() {
+    let dir = temp_dir("fifo");
+    let card = "{\"title\": \"Ok\", \"remotes\": [{\"type\": \"streamable-http\", \"url\": \"http://ok.test/mcp\"}]}";
+    std::fs::write(dir.join("ok.json"), card).expect("a card");
+    let fifo = dir.join("pipe.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    std::fs::write(dir.join("cards.yaml"), "interfaces_from: ['*.json']\n").expect("a config");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+        .args(["validate", "--config"])
+        .arg(dir.join("cards.yaml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waitable") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("validate hung on a FIFO");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success(), "a FIFO is refused");
+    assert!(stderr.contains("pipe.json: not a regular file"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

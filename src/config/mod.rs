@@ -294,9 +294,27 @@ pub struct DocumentSource {
     /// How often a URL document is fetched again (with `If-None-Match`).
     #[serde(default = "default_refresh", deserialize_with = "duration")]
     pub refresh: Duration,
-    /// How long one fetch may take.
+    /// How long one fetch (or one read of a file) may take.
     #[serde(default = "default_fetch_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// The largest document read, in MiB; a larger one is refused (`too_large`).
+    #[serde(default = "default_document_max_mib")]
+    pub max_size_mib: u64,
+}
+
+/// The largest discovery document read unless configured otherwise, in MiB: real agent
+/// cards and OpenAPI documents are kilobytes; a few MiB leaves room for the largest.
+pub const DEFAULT_DOCUMENT_MAX_MIB: u64 = 4;
+
+fn default_document_max_mib() -> u64 {
+    DEFAULT_DOCUMENT_MAX_MIB
+}
+
+impl DocumentSource {
+    /// `max_size_mib` in bytes.
+    pub fn max_bytes(&self) -> usize {
+        usize::try_from(self.max_size_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+    }
 }
 
 fn default_refresh() -> Duration {

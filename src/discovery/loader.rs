@@ -37,6 +37,12 @@ pub enum LoadOutcome {
     Refused,
     /// A retryable failure (5xx, 429, timeout, connection error); retried with backoff.
     Failed,
+    /// Larger than the document's `max_size_mib`: not read past the limit; tried again at
+    /// the next refresh, the last good one in force meanwhile.
+    TooLarge,
+    /// Redirected to another origin: not followed (a document says what its own origin
+    /// serves); a configuration error, not retried.
+    RedirectRefused,
 }
 
 impl LoadOutcome {
@@ -48,6 +54,8 @@ impl LoadOutcome {
             LoadOutcome::Invalid => "invalid",
             LoadOutcome::Refused => "refused",
             LoadOutcome::Failed => "failed",
+            LoadOutcome::TooLarge => "too_large",
+            LoadOutcome::RedirectRefused => "redirect_refused",
         }
     }
 }
@@ -167,11 +175,94 @@ fn resolve(base_dir: &Path, file: &Path) -> PathBuf {
     }
 }
 
-/// Reads and parses one document file.
-fn read_file(path: &Path, base_url: Option<&str>) -> Result<Contract, (LoadOutcome, String)> {
-    let bytes = std::fs::read(path).map_err(|e| (LoadOutcome::Refused, e.to_string()))?;
+/// Reads and parses one document file: a regular file alone (a FIFO or a device would block
+/// or never end), at most `max_bytes` of it, within `timeout` (a file under `/proc` can block
+/// on read: the reading thread is then left to finish on its own, and the load fails).
+fn read_file(
+    path: &Path,
+    base_url: Option<&str>,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Result<Contract, (LoadOutcome, String)> {
+    let meta = std::fs::metadata(path).map_err(|e| (LoadOutcome::Refused, e.to_string()))?;
+    if !meta.is_file() {
+        return Err((LoadOutcome::Refused, "not a regular file".to_owned()));
+    }
+    if meta.len() > max_bytes as u64 {
+        return Err(too_large(max_bytes));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = path.to_path_buf();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(&owned)
+            .and_then(|f| f.take(max_bytes as u64 + 1).read_to_end(&mut bytes));
+        let _ = tx.send(read.map(|_| bytes));
+    });
+    let bytes = match rx.recv_timeout(timeout) {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => return Err((LoadOutcome::Refused, e.to_string())),
+        Err(_) => {
+            return Err((
+                LoadOutcome::Failed,
+                format!("reading it took longer than {timeout:?}"),
+            ))
+        }
+    };
+    if bytes.len() > max_bytes {
+        return Err(too_large(max_bytes));
+    }
     document::parse(&bytes, base_url).map_err(|e| (LoadOutcome::Invalid, e.to_string()))
 }
+
+fn too_large(max_bytes: usize) -> (LoadOutcome, String) {
+    (
+        LoadOutcome::TooLarge,
+        format!("larger than max_size_mib ({} MiB)", max_bytes >> 20),
+    )
+}
+
+/// The HTTP client of discovery fetches and alert pushes: it follows redirects only within
+/// the origin it was sent to (another origin's answer is not the document asked for, and a
+/// redirect to `localhost` must not put a local service's answer in force).
+///
+/// # Errors
+/// When the TLS backend cannot be set up.
+pub fn http_client() -> reqwest::Result<reqwest::Client> {
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let same_origin = |a: &reqwest::Url, b: &reqwest::Url| {
+            a.scheme() == b.scheme()
+                && a.host_str() == b.host_str()
+                && a.port_or_known_default() == b.port_or_known_default()
+        };
+        let first = attempt.previous().first().cloned();
+        match first {
+            _ if attempt.previous().len() > 10 => attempt.error("more than 10 redirects"),
+            Some(first) if !same_origin(&first, attempt.url()) => {
+                let to = attempt.url().to_string();
+                attempt.error(CrossOrigin(to))
+            }
+            _ => attempt.follow(),
+        }
+    });
+    reqwest::Client::builder()
+        .user_agent(concat!("refusal-gate/", env!("CARGO_PKG_VERSION")))
+        .redirect(policy)
+        .build()
+}
+
+/// A redirect to another origin, refused.
+#[derive(Debug)]
+struct CrossOrigin(String);
+
+impl std::fmt::Display for CrossOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redirected to another origin ({})", self.0)
+    }
+}
+
+impl std::error::Error for CrossOrigin {}
 
 /// Everything that can be loaded without the network: the interfaces of `interfaces_from`
 /// and every file document. Returns the interfaces (configured first, then found), the
@@ -202,7 +293,16 @@ pub fn load_local(
             outcome,
             error,
         };
-        match read_file(&path, interface.url.as_deref()) {
+        let source = interface.discovery.document.as_ref();
+        let (max_bytes, timeout) = source.map_or(
+            (
+                usize::try_from(crate::config::DEFAULT_DOCUMENT_MAX_MIB << 20)
+                    .unwrap_or(usize::MAX),
+                Duration::from_secs(10),
+            ),
+            |d| (d.max_bytes(), d.timeout),
+        );
+        match read_file(&path, interface.url.as_deref(), max_bytes, timeout) {
             Ok(contract) => {
                 documents.insert(interface.name.clone(), contract);
                 reports.push(report(LoadOutcome::Loaded, None));
@@ -226,7 +326,10 @@ pub fn load_local(
         };
         for path in paths {
             let source = path.display().to_string();
-            let (interface, outcome, error) = match read_file(&path, None) {
+            let max_bytes = usize::try_from(crate::config::DEFAULT_DOCUMENT_MAX_MIB << 20)
+                .unwrap_or(usize::MAX);
+            let read = read_file(&path, None, max_bytes, Duration::from_secs(10));
+            let (interface, outcome, error) = match read {
                 Err((outcome, e)) => (source.clone(), outcome, Some(e)),
                 Ok(contract) => match contract.name.clone() {
                     None => (
@@ -252,6 +355,7 @@ pub fn load_local(
                                     url: None,
                                     refresh: Duration::from_secs(300),
                                     timeout: Duration::from_secs(10),
+                                    max_size_mib: crate::config::DEFAULT_DOCUMENT_MAX_MIB,
                                 }),
                             },
                         });
@@ -297,6 +401,10 @@ pub async fn fetch(
     }
     let response = match request.send().await {
         Ok(r) => r,
+        Err(e) if e.is_redirect() => {
+            let why = std::error::Error::source(&e).map_or(e.to_string(), ToString::to_string);
+            return Fetched::Failure(LoadOutcome::RedirectRefused, why, None);
+        }
         Err(e) => {
             let why = if e.is_timeout() {
                 format!("timed out after {:?}", source.timeout)
@@ -328,12 +436,37 @@ pub async fn fetch(
         .get(reqwest::header::ETAG)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    match response.bytes().await {
-        Err(e) => Fetched::Failure(LoadOutcome::Failed, format!("reading the body: {e}"), None),
-        Ok(body) => match document::parse(&body, Some(url)) {
-            Ok(contract) => Fetched::Document(contract, etag),
-            Err(e) => Fetched::Failure(LoadOutcome::Invalid, e.to_string(), None),
-        },
+    let max = source.max_bytes();
+    if response.content_length().is_some_and(|n| n > max as u64) {
+        let (outcome, why) = too_large(max);
+        return Fetched::Failure(outcome, why, None);
+    }
+    // Read chunk by chunk, and no further than the limit: a server that says nothing of the
+    // length (or lies about it) cannot make the document larger than that.
+    let mut body = Vec::new();
+    let mut response = response;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len() + chunk.len() > max {
+                    let (outcome, why) = too_large(max);
+                    return Fetched::Failure(outcome, why, None);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return Fetched::Failure(
+                    LoadOutcome::Failed,
+                    format!("reading the body: {e}"),
+                    None,
+                )
+            }
+        }
+    }
+    match document::parse(&body, Some(url)) {
+        Ok(contract) => Fetched::Document(contract, etag),
+        Err(e) => Fetched::Failure(LoadOutcome::Invalid, e.to_string(), None),
     }
 }
 
@@ -346,17 +479,21 @@ pub fn next_wait(
     refresh: Duration,
 ) -> Option<Duration> {
     match outcome {
-        LoadOutcome::Loaded | LoadOutcome::NotModified | LoadOutcome::Invalid => {
+        LoadOutcome::Loaded
+        | LoadOutcome::NotModified
+        | LoadOutcome::Invalid
+        | LoadOutcome::TooLarge => {
             backoff.reset();
             Some(refresh)
         }
-        LoadOutcome::Refused => None,
+        LoadOutcome::Refused | LoadOutcome::RedirectRefused => None,
         LoadOutcome::Failed => Some(backoff.wait(retry_after)),
     }
 }
 
 /// Keeps one URL document current until the task is aborted: fetches it, puts each new
-/// version in force, reports every load, and stops after a refusal.
+/// version in force, reports every load, and after a refusal fetches no more (it waits,
+/// never ending by itself, for a reload to replace it: the task is supervised).
 pub async fn watch(
     catalog: Arc<Catalog>,
     client: reqwest::Client,
@@ -385,7 +522,7 @@ pub async fn watch(
         });
         match next_wait(outcome, &mut backoff, retry_after, source.refresh) {
             Some(wait) => tokio::time::sleep(wait).await,
-            None => return,
+            None => std::future::pending().await,
         }
     }
 }
@@ -429,6 +566,7 @@ mod tests {
             url: Some("http://cards.test/a.json".into()),
             refresh: Duration::from_secs(300),
             timeout: Duration::from_secs(10),
+            max_size_mib: 4,
         };
         let config = InterfaceConfig {
             name: "a".into(),
