@@ -6,11 +6,11 @@
 //! Every task is meant to run until shutdown: one that ends by itself (a receiver's serve
 //! loop failing, say) turns `/readyz` to 503 at once, is logged, and makes [`run`] shut down
 //! in stages and return an error, so the process exits non-zero and its orchestrator
-//! restarts it. Shutdown: readiness goes false, the receivers stop accepting and finish what
-//! is in flight (deadline [`DRAIN_DEADLINE`]), the tracker settles what is pending, the alerts
-//! it raised are pushed once more (same deadline), the export queue drains
-//! (`exporters.otlp.drain_timeout`), and the admin endpoint stops last so a final scrape can
-//! still see the counts.
+//! restarts it. Shutdown, within `service.shutdown_timeout` in all (each stage its share):
+//! readiness goes false, the receivers stop accepting and finish what is in flight, the
+//! tracker settles what is pending, the alerts it raised are pushed once more, the export
+//! queue drains, the state file is written (one writer at a time), and the admin endpoint
+//! stops last so a final scrape can still see the counts.
 
 use crate::access::{Limit, Tokens};
 use crate::admin;
@@ -82,8 +82,11 @@ pub struct Server {
     tokens: [Arc<Tokens>; 2],
     /// The listeners' TLS settings: certificates are re-read on reload.
     tls: Vec<Arc<Tls>>,
-    /// Where the tracker's state is kept.
+    /// Where the tracker's state is kept, and the lock its writers take in turn.
     state_file: Option<PathBuf>,
+    state_writing: Arc<Mutex<()>>,
+    /// `service.shutdown_timeout`.
+    shutdown_timeout: Duration,
     /// The name of every task that ended by itself, for [`run`].
     ended: Option<mpsc::UnboundedReceiver<&'static str>>,
 }
@@ -278,6 +281,13 @@ async fn serve_http(
 /// Reads the state file at `path`; a missing file is a first start, an unusable one is
 /// reported and ignored.
 fn read_state(path: &std::path::Path) -> Option<crate::state::State> {
+    let stale = crate::state::remove_stale_temporaries(path);
+    if stale > 0 {
+        tracing::info!(
+            stale,
+            "Removed the temporary files of unfinished state writes."
+        );
+    }
     if !path.exists() {
         tracing::info!(path = %path.display(), "No state file yet; the tracker starts empty.");
         return None;
@@ -292,21 +302,52 @@ fn read_state(path: &std::path::Path) -> Option<crate::state::State> {
 }
 
 /// Writes the tracker's state to `path`; a failure is logged (the next write may succeed).
-fn write_state(pipeline: &Pipeline, path: &std::path::Path) {
+/// One write at a time, whoever asks (`writing`): the last one at shutdown waits for a
+/// periodic one still running (its blocking thread is not cancelled with its task).
+fn write_state(pipeline: &Pipeline, path: &std::path::Path, writing: &Mutex<()>) {
+    let _one = writing.lock().unwrap_or_else(PoisonError::into_inner);
+    let started = std::time::Instant::now();
     let state = crate::state::snapshot(pipeline, crate::clock::now());
     let groups = state.groups.len();
     match crate::state::write(path, &state) {
-        Ok(()) => tracing::debug!(path = %path.display(), groups, "State file written."),
+        Ok(()) => tracing::debug!(
+            path = %path.display(), groups, took_ms = started.elapsed().as_millis() as u64,
+            "State file written."
+        ),
         Err(e) => tracing::error!(error = %e, "Could not write the state file."),
     }
 }
 
 /// Writes the state file every `every`, off the async workers.
-async fn write_state_every(pipeline: Arc<Pipeline>, path: PathBuf, every: Duration) {
+async fn write_state_every(
+    pipeline: Arc<Pipeline>,
+    path: PathBuf,
+    every: Duration,
+    writing: Arc<Mutex<()>>,
+) {
     loop {
         tokio::time::sleep(every).await;
-        let (pipeline, path) = (Arc::clone(&pipeline), path.clone());
-        let _ = tokio::task::spawn_blocking(move || write_state(&pipeline, &path)).await;
+        let (pipeline, path, writing) = (Arc::clone(&pipeline), path.clone(), Arc::clone(&writing));
+        let _ = tokio::task::spawn_blocking(move || write_state(&pipeline, &path, &writing)).await;
+    }
+}
+
+/// What each stage of a stop may take of `service.shutdown_timeout`, in the order they run:
+/// the receivers' drain, the last alerts, the export queue's drain; the state file gets what
+/// is left (at least three eighths), and the admin endpoint a second after it.
+struct Shares {
+    receivers: Duration,
+    alerts: Duration,
+    export: Duration,
+}
+
+impl Shares {
+    fn of(total: Duration, export_drain: Duration) -> Shares {
+        Shares {
+            receivers: DRAIN_DEADLINE.min(total / 4),
+            alerts: DRAIN_DEADLINE.min(total / 8),
+            export: export_drain.min(total / 4),
+        }
     }
 }
 
@@ -494,13 +535,15 @@ impl Server {
             .collect();
         let mut workers = JoinSet::new();
         workers.spawn(supervisor.watch("certificate reloader", reload_tls_files(tls.clone())));
+        let state_writing = Arc::new(Mutex::new(()));
         if let Some(path) = state_file.clone() {
             let every = config.tracker.state_interval;
             if !every.is_zero() {
                 let pipeline = Arc::clone(&pipeline);
-                workers.spawn(
-                    supervisor.watch("state writer", write_state_every(pipeline, path, every)),
-                );
+                workers.spawn(supervisor.watch(
+                    "state writer",
+                    write_state_every(pipeline, path, every, Arc::clone(&state_writing)),
+                ));
             }
         }
         let sweep_pipeline = Arc::clone(&pipeline);
@@ -559,6 +602,8 @@ impl Server {
             tokens: [receiver_tokens, admin_tokens],
             tls,
             state_file,
+            state_writing,
+            shutdown_timeout: config.service.shutdown_timeout,
             ended: Some(ended),
         };
         server.start_watchers();
@@ -641,14 +686,19 @@ impl Server {
         tracing::info!(interfaces = count, "Interfaces reloaded.");
     }
 
-    /// Stops in stages: receivers (drained within [`DRAIN_DEADLINE`]), then the tracker's
-    /// last settlement and the state file, the last alerts and the export queue, then the
-    /// admin endpoint.
+    /// Stops in stages, within `service.shutdown_timeout` in all: the receivers (drained
+    /// within their share), the tracker's last settlement, the last alerts and the export
+    /// queue (each within its share), then the state file (within what is left: a write
+    /// still running then is abandoned, and the previous file stays whole), then the admin
+    /// endpoint.
     pub async fn shutdown(mut self) {
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.shutdown_timeout;
+        let shares = Shares::of(self.shutdown_timeout, self.drain_timeout);
         self.supervisor.stopping.store(true, Ordering::Release);
         self.supervisor.ready.store(false, Ordering::Release);
         let _ = self.stop_receivers.send(true);
-        if stop(&mut self.receivers, DRAIN_DEADLINE).await > 0 {
+        if stop(&mut self.receivers, shares.receivers).await > 0 {
             tracing::warn!("A receiver did not drain in time; its connections were closed.");
         }
         stop(&mut self.workers, Duration::ZERO).await;
@@ -656,16 +706,13 @@ impl Server {
             std::mem::take(&mut *self.watchers.lock().unwrap_or_else(PoisonError::into_inner));
         stop(&mut watchers, Duration::ZERO).await;
         self.pipeline.settle(true, crate::clock::now());
-        if let Some(path) = &self.state_file {
-            write_state(&self.pipeline, path);
-        }
         if let Some((delivery, task)) = self.delivery.take() {
-            if !delivery.drain(task, DRAIN_DEADLINE).await {
+            if !delivery.drain(task, shares.alerts).await {
                 tracing::warn!("The last alerts could not be delivered in time.");
             }
         }
         if let (Some(task), Some(exporter)) = (self.sender.take(), self.pipeline.exporter()) {
-            let undelivered = exporter.drain(task, self.drain_timeout).await;
+            let undelivered = exporter.drain(task, shares.export).await;
             if undelivered > 0 {
                 tracing::warn!(
                     undelivered,
@@ -673,9 +720,23 @@ impl Server {
                 );
             }
         }
+        if let Some(path) = self.state_file.clone() {
+            let (pipeline, writing) = (Arc::clone(&self.pipeline), Arc::clone(&self.state_writing));
+            let write =
+                tokio::task::spawn_blocking(move || write_state(&pipeline, &path, &writing));
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(left, write).await.is_err() {
+                tracing::error!(
+                    "The state file could not be written before service.shutdown_timeout; the previous one stays."
+                );
+            }
+        }
         let _ = self.stop_admin.send(true);
-        stop(&mut self.admin, DRAIN_DEADLINE).await;
-        tracing::info!("refusal-gate stopped.");
+        stop(&mut self.admin, Duration::from_secs(1)).await;
+        tracing::info!(
+            took_ms = started.elapsed().as_millis() as u64,
+            "refusal-gate stopped."
+        );
     }
 }
 

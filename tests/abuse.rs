@@ -480,3 +480,76 @@ fn validate_refuses_what_is_not_a_regular_file_and_does_not_hang() {
     assert!(stderr.contains("pipe.json: not a regular file"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_state_loads() {
+    let dir = temp_dir("shutdown");
+    let state = dir.join("state");
+    let extra = format!(
+        "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
+        state.display()
+    );
+    let (config, ports) = binary_config(&dir, "shutdown", &extra);
+    let mut server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    // 1,000 clients, 500 operations each: half a million keys (max_keys' default).
+    for service in 0..1000u64 {
+        let spans = (0..500u64)
+            .map(|op| {
+                let mut s =
+                    common::http_span(op, "POST", &format!("http://api.test/items/{op}"), 200);
+                s.span_id = (service * 1000 + op + 1).to_be_bytes().to_vec();
+                s
+            })
+            .collect();
+        let answer = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(common::export(&format!("svc-{service}"), spans))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+    }
+    let keys = value(
+        &metrics(ports.admin).await,
+        "refusal_gate_tracker_keys",
+        &[],
+    );
+    assert!(keys > 450_000.0, "{keys} keys");
+    let pid = server.0.id();
+    let started = std::time::Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.0.wait().expect("waitable");
+        drop(server);
+        status
+    })
+    .await
+    .expect("joined");
+    let took = started.elapsed();
+    assert!(status.success(), "{status}");
+    // service.shutdown_timeout is 20 s by default: inside Kubernetes' 30 s grace period.
+    assert!(took < Duration::from_secs(25), "stopping took {took:?}");
+    eprintln!("stopped with {keys} keys in {took:?}");
+    // The file loads: a new process starts with every key.
+    let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let restored = value(
+        &metrics(ports.admin).await,
+        "refusal_gate_tracker_keys",
+        &[],
+    );
+    assert_eq!(restored, keys);
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .expect("readable")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

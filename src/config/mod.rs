@@ -69,10 +69,31 @@ pub struct Config {
     pub alerting: AlertingConfig,
     /// Where the tagged spans go next.
     pub exporters: Exporters,
+    /// The process itself: how long it may take to stop.
+    pub service: ServiceConfig,
     /// The directory relative document paths and globs are resolved against: the
     /// configuration file's own, or the working directory.
     #[serde(skip)]
     pub base_dir: std::path::PathBuf,
+}
+
+/// `service:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServiceConfig {
+    /// Everything a stop does, in all: the receivers' drain, the last alerts, the export
+    /// queue's drain, the state file, each with its share. The default fits Kubernetes'
+    /// 30 s grace period with room to spare.
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig {
+            shutdown_timeout: Duration::from_secs(20),
+        }
+    }
 }
 
 /// `receivers:`.
