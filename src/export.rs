@@ -42,14 +42,17 @@ pub enum Reservation {
     Dropped,
     /// Full, and `on_full: backpressure`: refuse the request with a retry hint.
     Refused,
-    /// More than the whole queue holds, and `on_full: backpressure`: it can never fit, so it
-    /// is refused for good (a retry would be refused the same way).
+    /// More than the whole queue holds (spans or bytes), and `on_full: backpressure`: it can
+    /// never fit, so it is refused for good (a retry would be refused the same way).
     NeverFits {
-        /// What the queue holds at most.
+        /// What the queue holds at most, in the unit it does not fit in.
         capacity: usize,
+        /// `spans` or `bytes`.
+        unit: &'static str,
     },
 }
 
+/// One tagged request waiting: its bytes (what the queue's byte bound counts) and spans.
 struct Item {
     body: Bytes,
     spans: usize,
@@ -61,6 +64,8 @@ pub struct Exporter {
     queue: Mutex<VecDeque<Item>>,
     /// Spans reserved or queued; never more than `queue_size`.
     reserved: AtomicUsize,
+    /// Bytes reserved or queued; never more than `queue_size_mib`.
+    reserved_bytes: AtomicUsize,
     wake: Notify,
     stopping: AtomicBool,
     metrics: ExportMetrics,
@@ -73,6 +78,9 @@ enum Sent {
     Ok { rejected: u64, message: String },
     /// Retry, after the hint when the receiver gave one.
     Retry(String, Option<Duration>),
+    /// Too large for the receiver (`RESOURCE_EXHAUSTED` without `RetryInfo`, HTTP 413):
+    /// split it and send the halves.
+    TooLarge(String),
     /// Final: the receiver refused.
     Final(String),
 }
@@ -84,24 +92,48 @@ impl Exporter {
             config,
             queue: Mutex::new(VecDeque::new()),
             reserved: AtomicUsize::new(0),
+            reserved_bytes: AtomicUsize::new(0),
             wake: Notify::new(),
             stopping: AtomicBool::new(false),
             metrics,
         }
     }
 
-    /// Reserves room for `spans` spans.
-    pub fn reserve(&self, spans: usize) -> Reservation {
-        let cap = self.config.queue_size;
-        if spans > cap && self.config.on_full == OnFull::Backpressure {
-            return Reservation::NeverFits { capacity: cap };
+    /// Reserves room for a request of `spans` spans and about `bytes` bytes (its tags are
+    /// accounted for when it is pushed).
+    pub fn reserve(&self, spans: usize, bytes: usize) -> Reservation {
+        let (cap, cap_bytes) = (self.config.queue_size, self.config.queue_bytes());
+        if self.config.on_full == OnFull::Backpressure {
+            if spans > cap {
+                return Reservation::NeverFits {
+                    capacity: cap,
+                    unit: "spans",
+                };
+            }
+            if bytes > cap_bytes {
+                return Reservation::NeverFits {
+                    capacity: cap_bytes,
+                    unit: "bytes",
+                };
+            }
         }
         let granted = self
             .reserved
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
                 (r + spans <= cap).then_some(r + spans)
             })
-            .is_ok();
+            .is_ok()
+            && (self
+                .reserved_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                    (r + bytes <= cap_bytes).then_some(r + bytes)
+                })
+                .is_ok()
+                || {
+                    // Room for the spans, not for the bytes: give the spans back.
+                    self.reserved.fetch_sub(spans, Ordering::AcqRel);
+                    false
+                });
         match (granted, self.config.on_full) {
             (true, _) => Reservation::Granted,
             (false, OnFull::Drop) => {
@@ -115,8 +147,10 @@ impl Exporter {
         }
     }
 
-    /// Queues a tagged request whose room was [`Reservation::Granted`].
-    pub fn push(&self, body: Vec<u8>, spans: usize) {
+    /// Queues a tagged request whose room was [`Reservation::Granted`] for `reserved_bytes`;
+    /// the queue's byte count becomes its real size.
+    pub fn push(&self, body: Vec<u8>, spans: usize, reserved_bytes: usize) {
+        self.adjust_bytes(reserved_bytes, body.len());
         self.queue
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -124,15 +158,15 @@ impl Exporter {
                 body: Bytes::from(body),
                 spans,
             });
-        self.metrics
-            .queued
-            .set(self.reserved.load(Ordering::Acquire) as i64);
+        self.show();
         self.wake.notify_one();
     }
 
-    /// Gives back room reserved for a request that was not queued after all.
-    pub fn release(&self, spans: usize) {
+    /// Gives back room reserved for spans and bytes that were not queued after all.
+    pub fn release(&self, spans: usize, bytes: usize) {
         self.reserved.fetch_sub(spans, Ordering::AcqRel);
+        self.reserved_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        self.show();
     }
 
     /// Spans reserved or waiting.
@@ -140,33 +174,46 @@ impl Exporter {
         self.reserved.load(Ordering::Acquire)
     }
 
-    /// Takes the next batch: whole requests, up to `batch_size` spans (at least one request).
-    fn next_batch(&self) -> Option<(Bytes, usize)> {
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = queue.pop_front()?;
-        if first.spans >= self.config.batch_size || queue.is_empty() {
-            return Some((first.body, first.spans));
-        }
-        let mut body = Vec::with_capacity(first.body.len() * 2);
-        body.put(first.body);
-        let mut spans = first.spans;
-        while let Some(next) = queue.front() {
-            if spans + next.spans > self.config.batch_size {
-                break;
-            }
-            let next = queue.pop_front().expect("front was just seen");
-            spans += next.spans;
-            // Concatenated protobuf messages merge: the repeated resource_spans append.
-            body.put(next.body);
-        }
-        Some((Bytes::from(body), spans))
+    /// Bytes reserved or waiting.
+    pub fn queued_bytes(&self) -> usize {
+        self.reserved_bytes.load(Ordering::Acquire)
     }
 
-    fn done(&self, spans: usize) {
-        self.reserved.fetch_sub(spans, Ordering::AcqRel);
-        self.metrics
-            .queued
-            .set(self.reserved.load(Ordering::Acquire) as i64);
+    fn adjust_bytes(&self, from: usize, to: usize) {
+        if to >= from {
+            self.reserved_bytes.fetch_add(to - from, Ordering::AcqRel);
+        } else {
+            self.reserved_bytes.fetch_sub(from - to, Ordering::AcqRel);
+        }
+    }
+
+    fn show(&self) {
+        self.metrics.queued.set(self.queued() as i64);
+        self.metrics.queued_bytes.set(self.queued_bytes() as i64);
+    }
+
+    /// Takes the next batch: whole requests, up to `batch_size` spans and `batch_size_mib`
+    /// bytes (at least one request).
+    fn next_batch(&self) -> Option<Vec<Item>> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let first = queue.pop_front()?;
+        let (mut spans, mut bytes) = (first.spans, first.body.len());
+        let mut batch = vec![first];
+        while let Some(next) = queue.front() {
+            if spans + next.spans > self.config.batch_size
+                || bytes + next.body.len() > self.config.batch_bytes()
+            {
+                break;
+            }
+            spans += next.spans;
+            bytes += next.body.len();
+            batch.push(queue.pop_front().expect("front was just seen"));
+        }
+        Some(batch)
+    }
+
+    fn done(&self, spans: usize, bytes: usize) {
+        self.release(spans, bytes);
     }
 
     /// Sends batches until stopped: waits `batch_interval` for a batch to fill, retries by
@@ -187,63 +234,137 @@ impl Exporter {
                     tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
                 continue;
             }
-            if self.queued() < self.config.batch_size && !self.stopping.load(Ordering::Acquire) {
+            if self.queued() < self.config.batch_size
+                && self.queued_bytes() < self.config.batch_bytes()
+                && !self.stopping.load(Ordering::Acquire)
+            {
                 // Let a batch fill, a little.
                 let _ =
                     tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
             }
-            let Some((body, spans)) = self.next_batch() else {
+            let Some(batch) = self.next_batch() else {
                 continue;
             };
-            self.deliver(&client, body, spans, &mut backoff).await;
+            self.deliver(&client, batch, &mut backoff).await;
         }
     }
 
-    /// Sends one batch until it is delivered, refused, or the exporter stops retrying.
-    async fn deliver(&self, client: &Downstream, body: Bytes, spans: usize, backoff: &mut Backoff) {
-        loop {
-            match client.send(&self.config, body.clone()).await {
-                Sent::Ok { rejected, message } => {
-                    if rejected > 0 {
-                        tracing::warn!(rejected, error = %message, "Downstream accepted part of a batch; the rest is not retried.");
+    /// Sends one batch until it is delivered, refused, or the exporter stops retrying. A
+    /// batch too large for the receiver is split in two, down to single spans: a span too
+    /// large alone is dropped and counted (`too_large`).
+    async fn deliver(&self, client: &Downstream, batch: Vec<Item>, backoff: &mut Backoff) {
+        let mut pending = vec![batch];
+        while let Some(items) = pending.pop() {
+            let spans: usize = items.iter().map(|i| i.spans).sum();
+            let bytes: usize = items.iter().map(|i| i.body.len()).sum();
+            // Concatenated protobuf messages merge: the repeated resource_spans append.
+            let body = match items.as_slice() {
+                [one] => one.body.clone(),
+                _ => {
+                    let mut body = Vec::with_capacity(bytes);
+                    for item in &items {
+                        body.put(item.body.clone());
+                    }
+                    Bytes::from(body)
+                }
+            };
+            loop {
+                match client.send(&self.config, body.clone()).await {
+                    Sent::Ok { rejected, message } => {
+                        if rejected > 0 {
+                            tracing::warn!(rejected, error = %message, "Downstream accepted part of a batch; the rest is not retried.");
+                            self.metrics
+                                .failed
+                                .with_label_values(&["partial_success"])
+                                .inc_by(rejected);
+                        }
+                        self.metrics
+                            .sent
+                            .inc_by((spans as u64).saturating_sub(rejected));
+                        backoff.reset();
+                        self.done(spans, bytes);
+                        break;
+                    }
+                    Sent::Final(why) => {
+                        tracing::error!(spans, error = %why, "Downstream refused the spans; not retried.");
                         self.metrics
                             .failed
-                            .with_label_values(&["partial_success"])
-                            .inc_by(rejected);
+                            .with_label_values(&["refused"])
+                            .inc_by(spans as u64);
+                        self.done(spans, bytes);
+                        break;
                     }
-                    self.metrics
-                        .sent
-                        .inc_by((spans as u64).saturating_sub(rejected));
-                    backoff.reset();
-                    self.done(spans);
-                    return;
-                }
-                Sent::Final(why) => {
-                    tracing::error!(spans, error = %why, "Downstream refused the spans; not retried.");
-                    self.metrics
-                        .failed
-                        .with_label_values(&["refused"])
-                        .inc_by(spans as u64);
-                    self.done(spans);
-                    return;
-                }
-                Sent::Retry(why, hint) => {
-                    // Each failed try counts its spans under `retried`: an outage shows.
-                    self.metrics
-                        .failed
-                        .with_label_values(&["retried"])
-                        .inc_by(spans as u64);
-                    if self.stopping.load(Ordering::Acquire) {
-                        // Draining: the deadline decides, not the backoff.
-                        tokio::time::sleep(FIRST_BACKOFF).await;
-                        continue;
+                    Sent::TooLarge(why) => {
+                        match self.split(items) {
+                            Some((first, second)) => {
+                                tracing::info!(spans, bytes, error = %why, "Downstream found a batch too large; sending it in halves.");
+                                pending.push(second);
+                                pending.push(first);
+                            }
+                            None => {
+                                tracing::error!(bytes, error = %why, "Downstream found a single span too large; dropped.");
+                                self.metrics
+                                    .failed
+                                    .with_label_values(&["too_large"])
+                                    .inc_by(spans as u64);
+                                self.done(spans, bytes);
+                            }
+                        }
+                        break;
                     }
-                    let wait = jitter(backoff.wait(hint), hint.is_some());
-                    tracing::warn!(spans, error = %why, wait_ms = wait.as_millis() as u64, "Forwarding failed; retrying with backoff.");
-                    tokio::time::sleep(wait).await;
+                    Sent::Retry(why, hint) => {
+                        // Each failed try counts its spans under `retried`: an outage shows.
+                        self.metrics
+                            .failed
+                            .with_label_values(&["retried"])
+                            .inc_by(spans as u64);
+                        if self.stopping.load(Ordering::Acquire) {
+                            // Draining: the deadline decides, not the backoff.
+                            tokio::time::sleep(FIRST_BACKOFF).await;
+                            continue;
+                        }
+                        let wait = jitter(backoff.wait(hint), hint.is_some());
+                        tracing::warn!(spans, error = %why, wait_ms = wait.as_millis() as u64, "Forwarding failed; retrying with backoff.");
+                        tokio::time::sleep(wait).await;
+                    }
                 }
             }
         }
+    }
+
+    /// Two halves of a batch: its requests halved, or a lone request's spans halved (each
+    /// half re-framed from the request's own bytes); `None` for a single span. The queue's
+    /// byte count follows the halves' sizes.
+    fn split(&self, mut items: Vec<Item>) -> Option<(Vec<Item>, Vec<Item>)> {
+        if items.len() > 1 {
+            let second = items.split_off(items.len() / 2);
+            return Some((items, second));
+        }
+        let item = items.pop()?;
+        let total = crate::otlp::frame::check(&item.body).ok()?;
+        if total < 2 {
+            return None;
+        }
+        let cut = u32::try_from(total / 2).ok()?;
+        let all = u32::try_from(total).ok()?;
+        let none = crate::otlp::tags::SpanTags::default();
+        let first: Vec<u32> = (cut..all).collect();
+        let second: Vec<u32> = (0..cut).collect();
+        let a = crate::otlp::frame::retag(&item.body, &first, &none).ok()?;
+        let b = crate::otlp::frame::retag(&item.body, &second, &none).ok()?;
+        self.adjust_bytes(item.body.len(), a.len() + b.len());
+        // Every span of a queued request is forwarded: the halves hold half of them each.
+        let (spans_a, spans_b) = (total / 2, total - total / 2);
+        Some((
+            vec![Item {
+                body: Bytes::from(a),
+                spans: spans_a,
+            }],
+            vec![Item {
+                body: Bytes::from(b),
+                spans: spans_b,
+            }],
+        ))
     }
 
     /// Stops accepting the wait-for-more and sends what is queued within `deadline`;
@@ -437,6 +558,7 @@ async fn send_grpc(
         | Code::DataLoss
         | Code::Cancelled => Sent::Retry(why, hint),
         Code::ResourceExhausted if hint.is_some() => Sent::Retry(why, hint),
+        Code::ResourceExhausted => Sent::TooLarge(why),
         _ => Sent::Final(why),
     }
 }
@@ -486,6 +608,7 @@ async fn send_http(
     // OTLP/HTTP: 429, 502, 503 and 504 are retryable; every other failure is final.
     match status.as_u16() {
         429 | 502 | 503 | 504 => Sent::Retry(format!("HTTP {status}"), hint),
+        413 => Sent::TooLarge(format!("HTTP {status}")),
         _ => Sent::Final(format!("HTTP {status}")),
     }
 }

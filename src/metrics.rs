@@ -71,6 +71,8 @@ pub struct ExportMetrics {
     pub failed: IntCounterVec,
     /// `refusal_gate_exporter_queue_spans`.
     pub queued: IntGauge,
+    /// `refusal_gate_exporter_queue_bytes`.
+    pub queued_bytes: IntGauge,
 }
 
 /// All of refusal-gate's metrics.
@@ -108,6 +110,7 @@ pub struct Metrics {
     exporter_sent: IntCounter,
     exporter_failed: IntCounterVec,
     exporter_queue: IntGauge,
+    exporter_queue_bytes: IntGauge,
 }
 
 fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -239,7 +242,7 @@ impl Metrics {
         let exporter_failed = counter_vec(
             &r,
             "refusal_gate_exporter_failed_spans_total",
-            "Spans not forwarded (queue_full, refused, partial_success, shutdown), and spans of each failed try that is retried (retried).",
+            "Spans not forwarded (queue_full, refused, partial_success, shutdown, too_large), and spans of each failed try that is retried (retried).",
             &["reason"],
         );
         let exporter_queue = IntGauge::new(
@@ -248,6 +251,13 @@ impl Metrics {
         )
         .expect("metric names are valid");
         r.register(Box::new(exporter_queue.clone()))
+            .expect("each metric is registered once");
+        let exporter_queue_bytes = IntGauge::new(
+            "refusal_gate_exporter_queue_bytes",
+            "Bytes of tagged requests waiting to be forwarded (or reserved for them).",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(exporter_queue_bytes.clone()))
             .expect("each metric is registered once");
         let batch_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -321,6 +331,7 @@ impl Metrics {
             exporter_sent,
             exporter_failed,
             exporter_queue,
+            exporter_queue_bytes,
         }
     }
 
@@ -615,6 +626,7 @@ impl Metrics {
             sent: self.exporter_sent.clone(),
             failed: self.exporter_failed.clone(),
             queued: self.exporter_queue.clone(),
+            queued_bytes: self.exporter_queue_bytes.clone(),
         }
     }
 

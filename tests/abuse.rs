@@ -553,3 +553,174 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
     assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `n` client spans of about 1 KB each, numbered from `first`.
+fn kilobyte_spans(first: u64, n: u64) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    (first..first + n)
+        .map(|i| {
+            let mut s = common::http_span(i, "GET", "http://api.test/x", 200);
+            s.span_id = (i + 1).to_be_bytes().to_vec();
+            s.attributes
+                .push(common::kv("payload", Value::StringValue("x".repeat(900))));
+            s
+        })
+        .collect()
+}
+
+async fn post_protobuf(port: u16, body: Vec<u8>) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .expect("answered")
+}
+
+/// Waits until `admin`'s `name{labels}` reaches `want`.
+async fn wait_for(admin: u16, name: &str, labels: &[(&str, &str)], want: f64) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = metrics(admin).await;
+        let got = value(&m, name, labels);
+        if got >= want {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name}{labels:?} = {got}, want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_default_gates_forwards_every_span_and_splits_what_is_too_large() {
+    let dir = temp_dir("chain");
+    // The last hop, on its defaults: it takes at most 4 MiB a gRPC message.
+    let (last_config, last) = binary_config(&dir, "last", "");
+    let _last = spawn_binary(&last_config, last.admin, std::process::Stdio::null()).await;
+    let (first_config, first) = binary_config(
+        &dir,
+        "first",
+        &format!(
+            "exporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{}' }}\n",
+            last.grpc
+        ),
+    );
+    let _first = spawn_binary(&first_config, first.admin, std::process::Stdio::null()).await;
+    // 8,000 spans of about 1 KB: 8 MB, in requests of 1,000.
+    for n in 0..8u64 {
+        let body = common::export("chained-agent", kilobyte_spans(n * 1000, 1000));
+        assert_eq!(post_protobuf(first.http, body).await.status(), 200);
+    }
+    let m = wait_for(
+        last.admin,
+        "refusal_gate_receiver_accepted_spans_total",
+        &[("transport", "grpc")],
+        8000.0,
+    )
+    .await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_receiver_refused_requests_total",
+            &[("reason", "too_large")]
+        ),
+        0.0,
+        "batches fit the next hop"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A next hop that takes less than a batch (1 MiB): batches too large are split, and a
+    // span too large alone is dropped and counted.
+    let dir = temp_dir("split");
+    let (small_config, small) = binary_config(&dir, "small", "");
+    let text = std::fs::read_to_string(&small_config)
+        .expect("readable")
+        .replace("grpc: {", "grpc: { max_recv_msg_size_mib: 1,");
+    std::fs::write(&small_config, text).expect("written");
+    let _small = spawn_binary(&small_config, small.admin, std::process::Stdio::null()).await;
+    let (into_config, into) = binary_config(
+        &dir,
+        "into",
+        &format!(
+            "exporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{}' }}\n",
+            small.grpc
+        ),
+    );
+    let _into = spawn_binary(&into_config, into.admin, std::process::Stdio::null()).await;
+    let body = common::export("split-agent", kilobyte_spans(0, 2500));
+    assert_eq!(post_protobuf(into.http, body).await.status(), 200);
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let mut huge = common::http_span(9999, "GET", "http://api.test/x", 200);
+    huge.attributes.push(common::kv(
+        "payload",
+        Value::StringValue("x".repeat(2 << 20)),
+    ));
+    assert_eq!(
+        post_protobuf(into.http, common::export("split-agent", vec![huge]))
+            .await
+            .status(),
+        200
+    );
+    wait_for(
+        small.admin,
+        "refusal_gate_receiver_accepted_spans_total",
+        &[("transport", "grpc")],
+        2500.0,
+    )
+    .await;
+    let m = wait_for(
+        into.admin,
+        "refusal_gate_exporter_failed_spans_total",
+        &[("reason", "too_large")],
+        1.0,
+    )
+    .await;
+    assert_eq!(
+        value(&m, "refusal_gate_exporter_sent_spans_total", &[]),
+        2500.0
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_of_large_spans_stays_within_the_byte_bound() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let dir = temp_dir("backlog");
+    // Nothing listens downstream: the queue only fills.
+    let nowhere = common::free_port();
+    let (config, ports) = binary_config(
+        &dir,
+        "backlog",
+        &format!(
+            "exporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{nowhere}', queue_size_mib: 64 }}\n"
+        ),
+    );
+    let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let mut statuses = Vec::new();
+    for i in 0..8u64 {
+        let mut span = common::http_span(i, "GET", "http://api.test/x", 200);
+        span.attributes.push(common::kv(
+            "payload",
+            Value::StringValue("x".repeat(15 << 20)),
+        ));
+        statuses.push(
+            post_protobuf(ports.http, common::export("heavy-agent", vec![span]))
+                .await
+                .status()
+                .as_u16(),
+        );
+    }
+    // Four fit in 64 MiB; the rest are told to come back later.
+    assert_eq!(statuses, [200, 200, 200, 200, 503, 503, 503, 503]);
+    let m = metrics(ports.admin).await;
+    let queued = value(&m, "refusal_gate_exporter_queue_bytes", &[]);
+    assert!(queued <= f64::from(64u32 << 20), "{queued} bytes queued");
+    assert!(queued >= f64::from(60u32 << 20), "{queued} bytes queued");
+    let peak = peak_rss(server.0.id());
+    assert!(peak < 256 << 20, "peak RSS {} MiB", peak >> 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}

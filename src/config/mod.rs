@@ -476,9 +476,16 @@ pub struct OtlpExporterConfig {
     /// Spans held for sending; past it, `on_full` applies.
     #[serde(default = "default_queue_size")]
     pub queue_size: usize,
+    /// Bytes held for sending, in MiB; past it, `on_full` applies too.
+    #[serde(default = "default_queue_size_mib")]
+    pub queue_size_mib: u64,
     /// The most spans in one request downstream.
     #[serde(default = "default_batch_size")]
     pub batch_size: usize,
+    /// The most bytes in one request downstream, in MiB (before compression): below the
+    /// 4 MiB a Collector (and refusal-gate) receives over gRPC by default.
+    #[serde(default = "default_batch_size_mib")]
+    pub batch_size_mib: u64,
     /// How long a batch waits to fill.
     #[serde(default = "default_batch_interval", deserialize_with = "duration")]
     pub batch_interval: Duration,
@@ -495,6 +502,28 @@ impl OtlpExporterConfig {
     pub fn gzip(&self) -> bool {
         self.compression == Compression::Gzip
     }
+
+    /// `queue_size_mib` in bytes.
+    pub fn queue_bytes(&self) -> usize {
+        mib(self.queue_size_mib)
+    }
+
+    /// `batch_size_mib` in bytes.
+    pub fn batch_bytes(&self) -> usize {
+        mib(self.batch_size_mib)
+    }
+}
+
+fn mib(n: u64) -> usize {
+    usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX)
+}
+
+fn default_queue_size_mib() -> u64 {
+    256
+}
+
+fn default_batch_size_mib() -> u64 {
+    3
 }
 
 fn default_export_protocol() -> ExportProtocol {

@@ -97,10 +97,14 @@ impl Config {
                     "must be an http:// or https:// URL such as http://127.0.0.1:4317",
                 );
             }
-            if otlp.queue_size == 0 || otlp.batch_size == 0 {
+            if otlp.queue_size == 0
+                || otlp.batch_size == 0
+                || otlp.queue_size_mib == 0
+                || otlp.batch_size_mib == 0
+            {
                 return invalid(
                     "exporters.otlp".into(),
-                    "queue_size and batch_size must be at least 1",
+                    "queue_size, queue_size_mib, batch_size and batch_size_mib must be at least 1",
                 );
             }
             if otlp.timeout.is_zero() || otlp.batch_interval.is_zero() {

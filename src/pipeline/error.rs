@@ -38,14 +38,16 @@ pub enum IngestError {
         /// How long the sender should wait.
         retry_after: std::time::Duration,
     },
-    /// The request holds more spans than the whole export queue: it can never be forwarded,
-    /// so it is refused for good (not retryable).
-    #[error("the request holds {spans} spans, more than the export queue ever holds ({capacity}): send it in smaller requests")]
+    /// The request holds more spans (or bytes) than the whole export queue: it can never be
+    /// forwarded, so it is refused for good (not retryable).
+    #[error("the request holds {size} {unit}, more than the export queue ever holds ({capacity}): send it in smaller requests")]
     ExceedsQueue {
-        /// The spans of the request.
-        spans: u64,
-        /// `exporters.otlp.queue_size`.
+        /// The spans (or bytes) of the request.
+        size: u64,
+        /// `exporters.otlp.queue_size` (or `queue_size_mib` in bytes).
         capacity: usize,
+        /// `spans` or `bytes`.
+        unit: &'static str,
     },
     /// The export queue is full: retry after the hint (OTLP's retryable answer).
     #[error("the export queue is full; retry after {}s", retry_after.as_secs())]

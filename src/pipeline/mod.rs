@@ -233,7 +233,7 @@ impl Pipeline {
             // The hot path: spans are read in place, nothing is materialised.
             return Ok(self.ingest(transport, body, left_out, now, None).0);
         };
-        let reservation = exporter.reserve(spans);
+        let reservation = exporter.reserve(spans, body.len());
         match reservation {
             Reservation::Refused => {
                 return Err(IngestError::Overloaded {
@@ -241,11 +241,13 @@ impl Pipeline {
                     spans: spans as u64,
                 })
             }
-            Reservation::NeverFits { capacity } => {
+            Reservation::NeverFits { capacity, unit } => {
+                let size = if unit == "bytes" { body.len() } else { spans };
                 return Err(IngestError::ExceedsQueue {
-                    spans: spans as u64,
+                    size: size as u64,
                     capacity,
-                })
+                    unit,
+                });
             }
             Reservation::Granted | Reservation::Dropped => {}
         }
@@ -253,12 +255,12 @@ impl Pipeline {
         let (summary, malformed_at) = self.ingest(transport, body, left_out, now, Some(&mut tags));
         if reservation == Reservation::Granted {
             let forwarded = spans - malformed_at.len();
-            exporter.release(malformed_at.len());
+            exporter.release(malformed_at.len(), 0);
             match frame::retag(body, &malformed_at, &tags) {
-                Ok(tagged) => exporter.push(tagged, forwarded),
+                Ok(tagged) => exporter.push(tagged, forwarded, body.len()),
                 Err(e) => {
                     // The framing was checked first, on the same reader: this cannot happen.
-                    exporter.release(forwarded);
+                    exporter.release(forwarded, body.len());
                     tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
                 }
             }
