@@ -20,14 +20,13 @@ use crate::config::TlsConfig;
 use crate::discovery::loader::{self, Catalog, LoadOutcome, LoadReport};
 use crate::export;
 use crate::gate::grpc::Gate;
-use crate::gate::proto::refusal_gate_server::RefusalGateServer;
 use crate::metrics::Metrics;
 use crate::pipeline::Pipeline;
 use crate::receiver::{grpc, http};
-use crate::tls::{self, Tls};
+use crate::serve;
+use crate::tls::Tls;
 use crate::tracker::Tracker;
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,8 +35,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 /// How long in-flight requests get to finish at shutdown.
 pub const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
@@ -198,84 +195,77 @@ fn record_load(pipeline: &Pipeline, r: &LoadReport) {
     }
 }
 
+/// The three listeners (gRPC, HTTP, admin) as configured, their connection caps fitted
+/// under the descriptor limit (raised to the hard one first); TLS is added by the caller.
+fn listeners(config: &Config, [grpc, http, admin]: [TcpListener; 3]) -> [serve::Listener; 3] {
+    let (g, h, a) = (
+        &config.receivers.otlp.grpc,
+        &config.receivers.otlp.http,
+        &config.admin,
+    );
+    let mut caps = [g.max_connections, h.max_connections, a.max_connections];
+    let descriptors = serve::raise_descriptor_limit();
+    if serve::fit_connection_caps(&mut caps, descriptors) {
+        tracing::warn!(
+            open_files_limit = descriptors,
+            grpc = caps[0],
+            http = caps[1],
+            admin = caps[2],
+            "The listeners' max_connections do not fit under the open files limit; lowered."
+        );
+    }
+    let http1 = |name, tcp, max_connections, header: Duration, read, idle| serve::Listener {
+        name,
+        tcp,
+        tls: None,
+        protocol: serve::Protocol::Http1,
+        limits: serve::Limits {
+            max_connections,
+            read_header_timeout: header,
+            read_timeout: read,
+            idle_timeout: idle,
+        },
+    };
+    [
+        serve::Listener {
+            name: "grpc",
+            tcp: grpc,
+            tls: None,
+            protocol: serve::Protocol::Http2 {
+                max_concurrent_streams: g.max_concurrent_streams,
+                keepalive_time: g.keepalive_time,
+                keepalive_timeout: g.keepalive_timeout,
+            },
+            limits: serve::Limits {
+                max_connections: caps[0],
+                read_header_timeout: Duration::ZERO,
+                read_timeout: g.read_timeout,
+                idle_timeout: g.idle_timeout,
+            },
+        },
+        http1(
+            "http",
+            http,
+            caps[1],
+            h.read_header_timeout,
+            h.read_timeout,
+            h.idle_timeout,
+        ),
+        http1(
+            "admin",
+            admin,
+            caps[2],
+            a.read_header_timeout,
+            a.read_timeout,
+            a.idle_timeout,
+        ),
+    ]
+}
+
 async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr} for {what}"))
-}
-
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    // An error means the sender is gone: stop as well.
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-/// Serves the OTLP/gRPC receiver on `listener`, over TLS when `tls` is given.
-async fn serve_grpc(
-    listener: TcpListener,
-    tls: Option<Arc<Tls>>,
-    (service, gate): (grpc::TraceService, RefusalGateServer<Gate>),
-    stop: impl std::future::Future<Output = ()>,
-    pipeline: Arc<Pipeline>,
-) {
-    let router = tonic::transport::Server::builder()
-        .add_service(service)
-        .add_service(gate);
-    let result = match tls {
-        None => {
-            // TCP_NODELAY: an export answer is one small write; Nagle would hold it for the
-            // client's delayed ACK (40 ms a request).
-            let incoming =
-                tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            router.serve_with_incoming_shutdown(incoming, stop).await
-        }
-        Some(tls) => {
-            let failed = move || pipeline.metrics().tls_handshake_failed("grpc");
-            let incoming = ReceiverStream::new(tls::incoming(listener, tls, failed))
-                .map(|(stream, _)| Ok::<_, std::io::Error>(tls::GrpcConn(stream)));
-            router.serve_with_incoming_shutdown(incoming, stop).await
-        }
-    };
-    if let Err(e) = result {
-        tracing::error!(error = %e, "OTLP/gRPC receiver failed.");
-    }
-}
-
-/// Serves an HTTP router (the OTLP/HTTP receiver, or the admin endpoint: `what`) on
-/// `listener`, over TLS when `tls` is given.
-async fn serve_http(
-    listener: TcpListener,
-    tls: Option<Arc<Tls>>,
-    router: axum::Router,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-    (pipeline, what): (Arc<Pipeline>, &'static str),
-) {
-    let result = match tls {
-        None => {
-            let listener = listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-        }
-        Some(tls) => {
-            let local = match listener.local_addr() {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::error!(error = %e, listener = what, "No local address.");
-                    return;
-                }
-            };
-            let failed = move || pipeline.metrics().tls_handshake_failed(what);
-            let incoming = tls::HttpListener::new(tls::incoming(listener, tls, failed), local);
-            axum::serve(incoming, router)
-                .with_graceful_shutdown(stop)
-                .await
-        }
-    };
-    if let Err(e) = result {
-        tracing::error!(error = %e, listener = what, "HTTP listener failed.");
-    }
 }
 
 /// Reads the state file at `path`; a missing file is a first start, an unusable one is
@@ -415,10 +405,15 @@ impl Server {
         let grpc_listener = bind(config.receivers.otlp.grpc.endpoint, "OTLP/gRPC").await?;
         let http_listener = bind(config.receivers.otlp.http.endpoint, "OTLP/HTTP").await?;
         let admin_listener = bind(config.admin.endpoint, "admin").await?;
+        let mut listeners = listeners(config, [grpc_listener, http_listener, admin_listener]);
+        for (l, tls) in listeners.iter_mut().zip([&grpc_tls, &http_tls, &admin_tls]) {
+            l.tls = tls.clone();
+        }
+        let [grpc_listener, http_listener, admin_listener] = listeners;
         let bound = Bound {
-            grpc: grpc_listener.local_addr()?,
-            http: http_listener.local_addr()?,
-            admin: admin_listener.local_addr()?,
+            grpc: grpc_listener.tcp.local_addr()?,
+            http: http_listener.tcp.local_addr()?,
+            admin: admin_listener.tcp.local_addr()?,
         };
 
         let (interfaces, documents, reports) = loader::load_local(config);
@@ -476,23 +471,19 @@ impl Server {
             Arc::clone(&receiver_tokens),
             Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
         );
-        let grpc_stop = stopped(rx_stop.clone());
+        let grpc_routes = tonic::service::Routes::new(trace_service)
+            .add_service(Gate::server(
+                Arc::clone(&pipeline),
+                Arc::clone(&receiver_tokens),
+                rx_stop.clone(),
+            ))
+            .prepare();
+        let [grpc_metrics, http_metrics, admin_metrics] =
+            [&grpc_listener, &http_listener, &admin_listener]
+                .map(|l| pipeline.metrics().listener(l.name, l.tls.is_some()));
         receivers.spawn(supervisor.watch(
             "OTLP/gRPC receiver",
-            serve_grpc(
-                grpc_listener,
-                grpc_tls.clone(),
-                (
-                    trace_service,
-                    Gate::server(
-                        Arc::clone(&pipeline),
-                        Arc::clone(&receiver_tokens),
-                        rx_stop.clone(),
-                    ),
-                ),
-                grpc_stop,
-                Arc::clone(&pipeline),
-            ),
+            serve::serve(grpc_listener, grpc_routes, grpc_metrics, rx_stop.clone()),
         ));
 
         let http_router = http::router(
@@ -503,13 +494,7 @@ impl Server {
         );
         receivers.spawn(supervisor.watch(
             "OTLP/HTTP receiver",
-            serve_http(
-                http_listener,
-                http_tls.clone(),
-                http_router,
-                stopped(rx_stop),
-                (Arc::clone(&pipeline), "http"),
-            ),
+            serve::serve(http_listener, http_router, http_metrics, rx_stop),
         ));
 
         let admin_router = admin::router(
@@ -521,13 +506,7 @@ impl Server {
         let mut admin = JoinSet::new();
         admin.spawn(supervisor.watch(
             "admin endpoint",
-            serve_http(
-                admin_listener,
-                admin_tls.clone(),
-                admin_router,
-                stopped(admin_stop),
-                (Arc::clone(&pipeline), "admin"),
-            ),
+            serve::serve(admin_listener, admin_router, admin_metrics, admin_stop),
         ));
         let tls: Vec<Arc<Tls>> = [grpc_tls, http_tls, admin_tls]
             .into_iter()

@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod receiver;
 pub mod replay;
 pub mod retry;
+pub mod serve;
 pub mod state;
 pub mod tls;
 pub mod tracker;

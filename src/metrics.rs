@@ -75,6 +75,23 @@ pub struct ExportMetrics {
     pub queued_bytes: IntGauge,
 }
 
+/// The counters one listener's connections keep (`grpc`, `http` or `admin`), resolved once.
+#[derive(Clone)]
+pub struct ListenerMetrics {
+    /// `refusal_gate_listener_connections{listener}`: open now.
+    pub connections: IntGauge,
+    /// `refusal_gate_listener_limits_total{listener, limit="max_connections"}`.
+    pub max_connections: IntCounter,
+    /// `…{limit="read_header_timeout"}`.
+    pub read_header_timeout: IntCounter,
+    /// `…{limit="read_timeout"}`.
+    pub read_timeout: IntCounter,
+    /// `…{limit="idle_timeout"}`.
+    pub idle_timeout: IntCounter,
+    /// `refusal_gate_tls_handshake_failures_total{listener}`, on a TLS listener.
+    pub tls_failures: Option<IntCounter>,
+}
+
 /// All of refusal-gate's metrics.
 pub struct Metrics {
     registry: Registry,
@@ -99,6 +116,8 @@ pub struct Metrics {
     refused_requests: IntCounterVec,
     truncated_spans: IntCounterVec,
     tls_failures: IntCounterVec,
+    listener_limits: IntCounterVec,
+    listener_connections: IntGaugeVec,
     skipped: IntCounterVec,
     tracker_keys: IntGauge,
     evictions: IntCounterVec,
@@ -179,6 +198,22 @@ impl Metrics {
             "TLS handshakes that failed or timed out (no or a wrong client certificate, plain text on a TLS port), by listener.",
             &["listener"],
         );
+        let listener_limits = counter_vec(
+            &r,
+            "refusal_gate_listener_limits_total",
+            "Times a listener's connection limit fired: max_connections (a connection accepted and closed), read_header_timeout and idle_timeout (a connection closed), read_timeout (a request's body not received in time).",
+            &["listener", "limit"],
+        );
+        let listener_connections = IntGaugeVec::new(
+            Opts::new(
+                "refusal_gate_listener_connections",
+                "Connections open now, by listener.",
+            ),
+            &["listener"],
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(listener_connections.clone()))
+            .expect("each metric is registered once");
         let skipped = counter_vec(
             &r,
             "refusal_gate_spans_skipped_total",
@@ -320,6 +355,8 @@ impl Metrics {
             refused_requests,
             truncated_spans,
             tls_failures,
+            listener_limits,
+            listener_connections,
             skipped,
             tracker_keys,
             evictions,
@@ -577,9 +614,18 @@ impl Metrics {
             .inc_by(spans);
     }
 
-    /// Counts a failed TLS handshake on `listener` (`grpc`, `http` or `admin`).
-    pub fn tls_handshake_failed(&self, listener: &str) {
-        self.tls_failures.with_label_values(&[listener]).inc();
+    /// The counters of the listener `listener` (`grpc`, `http`, `admin`), created at zero;
+    /// its TLS handshake failures too when it serves `tls`.
+    pub fn listener(&self, listener: &str, tls: bool) -> ListenerMetrics {
+        let limit = |l: &str| self.listener_limits.with_label_values(&[listener, l]);
+        ListenerMetrics {
+            connections: self.listener_connections.with_label_values(&[listener]),
+            max_connections: limit("max_connections"),
+            read_header_timeout: limit("read_header_timeout"),
+            read_timeout: limit("read_timeout"),
+            idle_timeout: limit("idle_timeout"),
+            tls_failures: tls.then(|| self.tls_failures.with_label_values(&[listener])),
+        }
     }
 
     /// Counts a whole request refused.

@@ -3,24 +3,19 @@
 //!
 //! Edge. [`Tls`] holds the current rustls `ServerConfig` and builds a new one from the files
 //! on [`Tls::reload`] (SIGHUP, and every `reload_interval` when a file changed); connections
-//! already open keep the configuration they were accepted with. [`incoming`] accepts TCP
-//! connections and runs each handshake in a task of its own (bounded by a timeout), so one
-//! slow or hostile client cannot hold up the others; failed handshakes are logged and counted.
+//! already open keep the configuration they were accepted with. [`Tls::accept`] runs one
+//! handshake within a timeout; [`crate::serve`] runs each in its connection's own task, so
+//! one slow or hostile client cannot hold up the others.
 
 use crate::config::TlsConfig;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::ServerConfig;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
@@ -190,123 +185,27 @@ fn build(config: &TlsConfig, base_dir: &Path, alpn: &[&[u8]]) -> Result<ServerCo
     Ok(server)
 }
 
-/// Accepts connections on `listener` and hands over those whose TLS handshake succeeded,
-/// with their peer address. Stops when the receiving end is dropped. `on_failure` is called
-/// for each failed handshake (to count it).
-pub fn incoming(
-    listener: TcpListener,
-    tls: Arc<Tls>,
-    on_failure: impl Fn() + Send + Sync + 'static,
-) -> mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)> {
-    let (tx, rx) = mpsc::channel(64);
-    let on_failure = Arc::new(on_failure);
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                _ = tx.closed() => return,
-                accepted = listener.accept() => accepted,
-            };
-            let (tcp, peer) = match accepted {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Accepting a connection failed.");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = tcp.set_nodelay(true);
-            let acceptor = tls.acceptor();
-            let (tx, on_failure) = (tx.clone(), Arc::clone(&on_failure));
-            tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send((stream, peer)).await;
-                    }
-                    Ok(Err(e)) => {
-                        on_failure();
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed.");
-                    }
-                    Err(_) => {
-                        on_failure();
-                        tracing::debug!(%peer, "TLS handshake timed out.");
-                    }
-                }
-            });
+/// Why a TLS handshake did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// The client broke it off or sent what TLS refuses (plain text, a wrong certificate).
+    #[error("TLS handshake failed: {0}")]
+    Failed(#[from] std::io::Error),
+    /// The client did not complete it within [`HANDSHAKE_TIMEOUT`].
+    #[error("TLS handshake not completed within {HANDSHAKE_TIMEOUT:?}")]
+    TimedOut,
+}
+
+impl Tls {
+    /// Runs the server side of a TLS handshake on `tcp` with the current configuration,
+    /// within [`HANDSHAKE_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`HandshakeError`].
+    pub async fn accept(&self, tcp: TcpStream) -> Result<TlsStream<TcpStream>, HandshakeError> {
+        match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.acceptor().accept(tcp)).await {
+            Ok(accepted) => Ok(accepted?),
+            Err(_) => Err(HandshakeError::TimedOut),
         }
-    });
-    rx
-}
-
-/// A TLS connection as tonic's server takes it.
-pub struct GrpcConn(pub TlsStream<TcpStream>);
-
-impl tonic::transport::server::Connected for GrpcConn {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for GrpcConn {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for GrpcConn {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
-    }
-}
-
-/// TLS connections as axum's server takes them.
-pub struct HttpListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl HttpListener {
-    /// Serves the TLS connections of [`incoming`] on `local`.
-    pub fn new(rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>, local: SocketAddr) -> Self {
-        HttpListener { rx, local }
-    }
-}
-
-impl axum::serve::Listener for HttpListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(conn) => conn,
-            // The accept loop is gone only when this listener is: wait for shutdown.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }

@@ -99,6 +99,11 @@ async fn a_json_body_that_amplifies_when_parsed_stays_bounded() {
     }
     assert_eq!(health, 200);
     assert!(took < Duration::from_secs(2), "/healthz took {took:?}");
+    eprintln!(
+        "amplification: peak RSS {} MiB after one body, {} MiB after four at once; /healthz meanwhile in {took:?}",
+        peak >> 20,
+        peak_rss(pid) >> 20
+    );
     let m = metrics(ports.admin).await;
     assert_eq!(
         value(
@@ -315,7 +320,13 @@ async fn the_series_cap_holds_for_a_thousand_clients_times_five_hundred_interfac
             .expect("answered");
         assert_eq!(answer.status(), 200);
     }
+    let started = std::time::Instant::now();
     let m = metrics(ports.admin).await;
+    eprintln!(
+        "series cap: /metrics {} bytes, scraped in {:?}",
+        m.len(),
+        started.elapsed()
+    );
     assert!(m.len() < 2 << 20, "/metrics is {} bytes", m.len());
     let pairs: std::collections::BTreeSet<(String, String)> =
         common::series(&m, "refusal_gate_attempts_total")
@@ -721,6 +732,442 @@ async fn a_backlog_of_large_spans_stays_within_the_byte_bound() {
     assert!(queued <= f64::from(64u32 << 20), "{queued} bytes queued");
     assert!(queued >= f64::from(60u32 << 20), "{queued} bytes queued");
     let peak = peak_rss(server.0.id());
+    eprintln!(
+        "backlog: {} MiB queued, peak RSS {} MiB",
+        queued as u64 >> 20,
+        peak >> 20
+    );
     assert!(peak < 256 << 20, "peak RSS {} MiB", peak >> 20);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes `dir/name.yaml` with free ports and each listener's extra settings (flow-style
+/// YAML, e.g. `read_timeout: 2s`).
+fn listeners_config(
+    dir: &std::path::Path,
+    name: &str,
+    [grpc, http, admin]: [&str; 3],
+) -> (std::path::PathBuf, common::Ports) {
+    let ports = common::Ports {
+        grpc: common::free_port(),
+        http: common::free_port(),
+        admin: common::free_port(),
+    };
+    let path = dir.join(format!("{name}.yaml"));
+    let text = format!(
+        "receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:{}, {grpc} }}
+    http: {{ endpoint: 127.0.0.1:{}, {http} }}
+admin: {{ endpoint: 127.0.0.1:{}, {admin} }}
+",
+        ports.grpc, ports.http, ports.admin
+    );
+    std::fs::write(&path, text).expect("the configuration is written");
+    (path, ports)
+}
+
+/// Starts the binary under `sh -c 'ulimit …'` (the descriptor limits a shell or a unit
+/// gives it), its stderr to `log`, and returns once `/healthz` answers.
+async fn spawn_with_ulimit(
+    config: &std::path::Path,
+    admin: u16,
+    ulimit: &str,
+    log: &std::path::Path,
+) -> common::Reaper {
+    let reaper = common::Reaper(
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit {ulimit} && exec \"$0\" serve --config \"$1\""
+            ))
+            .arg(env!("CARGO_BIN_EXE_refusal-gate"))
+            .arg(config)
+            .stderr(std::fs::File::create(log).expect("a log file"))
+            .spawn()
+            .expect("the binary starts"),
+    );
+    for _ in 0..100 {
+        if healthz(admin).await {
+            return reaper;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the binary did not come up on {config:?}");
+}
+
+async fn healthz(admin: u16) -> bool {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("a client");
+    client
+        .get(format!("http://127.0.0.1:{admin}/healthz"))
+        .send()
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// The soft and hard `Max open files` of process `pid`.
+fn open_files_limits(pid: u32) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("procfs");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("the open files line");
+    let mut fields = line["Max open files".len()..].split_whitespace();
+    let soft = fields.next().expect("soft").to_owned();
+    let hard = fields.next().expect("hard").to_owned();
+    (soft, hard)
+}
+
+/// Whether the peer closed `socket` (a read sees the end, or a reset); waits at most `wait`.
+fn closed(socket: &mut std::net::TcpStream, wait: Duration) -> bool {
+    use std::io::Read;
+    socket.set_read_timeout(Some(wait)).expect("a read timeout");
+    let mut byte = [0u8; 512];
+    loop {
+        match socket.read(&mut byte) {
+            Ok(0) => return true,
+            // An answer (a 408, say) before the close: read on.
+            Ok(_) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Whether every socket is closed by the peer before `deadline`.
+fn all_closed(sockets: &mut [std::net::TcpStream], deadline: std::time::Instant) -> bool {
+    sockets.iter_mut().all(|s| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        closed(s, left.max(Duration::from_millis(1)))
+    })
+}
+
+fn grpc_exporter(port: u16) -> opentelemetry_otlp::SpanExporter {
+    use opentelemetry_otlp::WithExportConfig;
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .build()
+        .expect("the exporter builds")
+}
+
+fn http_exporter(port: u16) -> opentelemetry_otlp::SpanExporter {
+    use opentelemetry_otlp::WithExportConfig;
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(format!("http://127.0.0.1:{port}/v1/traces"))
+        .build()
+        .expect("the exporter builds")
+}
+
+/// A request body that sends `first` and then nothing more, for as long as the returned
+/// sender lives.
+fn stalled_body(
+    first: Vec<u8>,
+) -> (
+    reqwest::Body,
+    tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.try_send(Ok(first)).expect("room for the first chunk");
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    (reqwest::Body::wrap_stream(stream), tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_bodies_free_their_slots_at_read_timeout_and_real_exporters_get_through() {
+    let dir = temp_dir("stall");
+    let (config, ports) =
+        listeners_config(&dir, "stall", ["read_timeout: 2s", "read_timeout: 2s", ""]);
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let http_url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    let grpc_url = format!(
+        "http://127.0.0.1:{}/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        ports.grpc
+    );
+    let probe = || async {
+        reqwest::Client::new()
+            .post(&http_url)
+            .header("content-type", "application/x-protobuf")
+            .body(Vec::new())
+            .send()
+            .await
+            .expect("answered")
+            .status()
+    };
+
+    // OTLP/HTTP: 64 connections that send their headers and one byte of a body, then stall.
+    // Every concurrency slot (64 by default) is taken…
+    let h1 = reqwest::Client::new();
+    let mut senders = Vec::new();
+    let mut stalled = Vec::new();
+    for _ in 0..64 {
+        let (body, tx) = stalled_body(vec![0x0a]);
+        senders.push(tx);
+        let request = h1
+            .post(&http_url)
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send();
+        stalled.push(tokio::spawn(request));
+    }
+    let mut locked = false;
+    for _ in 0..150 {
+        if probe().await == 503 {
+            locked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(locked, "64 stalled bodies take every slot while they last");
+    let started = std::time::Instant::now();
+    // …until read_timeout: each is answered 408 and its slot freed, and a real SDK exporter
+    // started now, with its default timeout (10 s) and retries, gets through.
+    assert!(sdk_export_counted(http_exporter(ports.http), ports.admin, "http").await);
+    eprintln!(
+        "stalled: the HTTP SDK exporter got through {:?} after 64 stalled bodies locked the receiver",
+        started.elapsed()
+    );
+    for answer in stalled {
+        let answer = answer.await.expect("joined").expect("answered");
+        assert_eq!(answer.status(), 408);
+    }
+
+    // OTLP/gRPC: 64 streams on one HTTP/2 connection, each with the first byte of a
+    // message's 5-byte frame header, then nothing.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .expect("a client");
+    let mut streams = Vec::new();
+    for _ in 0..64 {
+        let (body, tx) = stalled_body(vec![0]);
+        senders.push(tx);
+        let request = h2
+            .post(&grpc_url)
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(body)
+            .send();
+        streams.push(tokio::spawn(request));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    assert!(sdk_export_counted(grpc_exporter(ports.grpc), ports.admin, "grpc").await);
+    eprintln!(
+        "stalled: the gRPC SDK exporter got through {:?} after 64 stalled streams",
+        started.elapsed()
+    );
+    for answer in streams {
+        let answer = answer.await.expect("joined").expect("answered");
+        let status = answer
+            .headers()
+            .get("grpc-status")
+            .map(|v| v.as_bytes().to_vec());
+        assert_eq!(status.as_deref(), Some(&b"4"[..]), "DEADLINE_EXCEEDED");
+    }
+    drop(senders);
+
+    let m = metrics(ports.admin).await;
+    for transport in ["http", "grpc"] {
+        assert_eq!(
+            value(
+                &m,
+                "refusal_gate_receiver_refused_requests_total",
+                &[("transport", transport), ("reason", "read_timeout")]
+            ),
+            64.0,
+            "{transport}"
+        );
+        assert_eq!(
+            value(
+                &m,
+                "refusal_gate_listener_limits_total",
+                &[("listener", transport), ("limit", "read_timeout")]
+            ),
+            64.0,
+            "{transport}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Exports one span with `exporter` (the SDK's own, default retries and timeout); whether
+/// the receiver on `transport` counted it accepted.
+async fn sdk_export_counted(
+    exporter: opentelemetry_otlp::SpanExporter,
+    admin: u16,
+    transport: &str,
+) -> bool {
+    let accepted = |m: &str| {
+        value(
+            m,
+            "refusal_gate_receiver_accepted_spans_total",
+            &[("transport", transport)],
+        )
+    };
+    let before = accepted(&metrics(admin).await);
+    common::sdk_export(exporter, transport).await;
+    accepted(&metrics(admin).await) == before + 1.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
+    let dir = temp_dir("idle");
+    let (config, ports) = listeners_config(
+        &dir,
+        "idle",
+        [
+            "max_connections: 50, idle_timeout: 2s",
+            "max_connections: 50, read_header_timeout: 1s, idle_timeout: 3s",
+            "",
+        ],
+    );
+    let log = dir.join("idle.log");
+    // A soft limit of 256 under a higher hard one: raised to the hard one at start.
+    let server = spawn_with_ulimit(&config, ports.admin, "-S -n 256", &log).await;
+    let (soft, hard) = open_files_limits(server.0.id());
+    assert_eq!(
+        soft, hard,
+        "the soft open files limit is raised to the hard one"
+    );
+
+    // An HTTP/1 connection kept alive after a request: timed by idle_timeout (3 s), not by
+    // read_header_timeout (1 s).
+    let mut kept = std::net::TcpStream::connect(("127.0.0.1", ports.http)).expect("connects");
+    kept.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
+    )
+    .expect("sent");
+    // 60 sockets on each receiver that never send a byte: 50 held, 10 closed at once.
+    let connect = |port| {
+        (0..60)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).expect("connects"))
+            .collect::<Vec<_>>()
+    };
+    let opened = std::time::Instant::now();
+    let mut http_idle = connect(ports.http);
+    let mut grpc_idle = connect(ports.grpc);
+    {
+        use std::io::Read;
+        let mut answer = [0u8; 12];
+        kept.read_exact(&mut answer).expect("an answer");
+        assert_eq!(&answer, b"HTTP/1.1 200");
+    }
+    let answered = std::time::Instant::now();
+    // The admin endpoint answers throughout.
+    assert!(healthz(ports.admin).await);
+    let m = metrics(ports.admin).await;
+    for listener in ["http", "grpc"] {
+        assert_eq!(
+            value(
+                &m,
+                "refusal_gate_listener_limits_total",
+                &[("listener", listener), ("limit", "max_connections")]
+            ),
+            // The kept-alive one holds one of HTTP's 50 places.
+            if listener == "http" { 11.0 } else { 10.0 },
+            "{listener}"
+        );
+        assert!(
+            value(
+                &m,
+                "refusal_gate_listener_connections",
+                &[("listener", listener)]
+            ) <= 50.0
+        );
+    }
+    // Still open past read_header_timeout.
+    tokio::time::sleep(Duration::from_millis(1500).saturating_sub(answered.elapsed())).await;
+    assert!(
+        !closed(&mut kept, Duration::from_millis(1)),
+        "kept alive past 1 s"
+    );
+    let deadline = opened + Duration::from_secs(10);
+    assert!(
+        all_closed(&mut http_idle, deadline),
+        "silent HTTP sockets closed"
+    );
+    assert!(
+        all_closed(&mut grpc_idle, deadline),
+        "idle gRPC sockets closed"
+    );
+    assert!(
+        closed(&mut kept, Duration::from_secs(5)),
+        "kept-alive socket closed"
+    );
+    assert!(healthz(ports.admin).await);
+
+    let m = metrics(ports.admin).await;
+    let limit = |listener, limit| {
+        value(
+            &m,
+            "refusal_gate_listener_limits_total",
+            &[("listener", listener), ("limit", limit)],
+        )
+    };
+    assert_eq!(limit("http", "read_header_timeout"), 49.0);
+    assert_eq!(limit("http", "idle_timeout"), 1.0);
+    assert_eq!(limit("grpc", "idle_timeout"), 50.0);
+    // And the places they held serve real exporters again.
+    assert!(sdk_export_counted(http_exporter(ports.http), ports.admin, "http").await);
+    assert!(sdk_export_counted(grpc_exporter(ports.grpc), ports.admin, "grpc").await);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_idle_sockets_than_descriptors_leave_the_server_reachable() {
+    let dir = temp_dir("fds");
+    let (config, ports) = listeners_config(&dir, "fds", ["", "", ""]);
+    let log = dir.join("fds.log");
+    // The common limit of 1,024 descriptors, hard: the default caps are fitted under it.
+    let server = spawn_with_ulimit(&config, ports.admin, "-n 1024", &log).await;
+    assert_eq!(open_files_limits(server.0.id()).0, "1024");
+    let logged = std::fs::read_to_string(&log).expect("the log");
+    assert!(logged.contains("lowered"), "{logged}");
+
+    // 1,100 idle sockets on OTLP/HTTP: more than the descriptors the process has.
+    let idle: Vec<_> = (0..1100)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", ports.http)).expect("connects"))
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for _ in 0..5 {
+        let started = std::time::Instant::now();
+        assert!(healthz(ports.admin).await, "/healthz answers");
+        eprintln!(
+            "descriptors: /healthz answered in {:?} with 1,100 idle sockets open",
+            started.elapsed()
+        );
+    }
+    let m = metrics(ports.admin).await;
+    let held = value(
+        &m,
+        "refusal_gate_listener_connections",
+        &[("listener", "http")],
+    );
+    // (4096, 4096, 1024) scaled under 1,024 - 256: 341 for OTLP/HTTP.
+    assert_eq!(held, 341.0);
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_listener_limits_total",
+            &[("listener", "http"), ("limit", "max_connections")]
+        ),
+        1100.0 - 341.0
+    );
+    // The other receiver still takes exports.
+    assert!(sdk_export_counted(grpc_exporter(ports.grpc), ports.admin, "grpc").await);
+    drop(idle);
     let _ = std::fs::remove_dir_all(&dir);
 }

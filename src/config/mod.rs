@@ -166,6 +166,15 @@ fn default_tls_reload() -> Duration {
 
 /// The default concurrency limit of each receiver.
 const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
+/// The default connection cap of each receiver (the admin endpoint's is smaller).
+const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// The default time a client has to send a request's headers (HTTP/1).
+const DEFAULT_READ_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time a client has to send a request's body once its headers arrived: the
+/// OpenTelemetry SDKs' own export timeout, past which no default client is still waiting.
+const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default time a connection with no request in flight is kept open.
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `receivers.otlp.grpc`.
 #[derive(Debug, Clone, Deserialize)]
@@ -178,6 +187,24 @@ pub struct GrpcReceiver {
     pub max_recv_msg_size_mib: u64,
     /// Requests in flight at once; past it, `UNAVAILABLE` with a retry hint.
     pub max_concurrent_requests: usize,
+    /// Open connections at once; past it a new one is accepted and closed (counted).
+    pub max_connections: usize,
+    /// Streams a client may open at once on one HTTP/2 connection (advertised in SETTINGS).
+    pub max_concurrent_streams: u32,
+    /// How long a request's message may take to arrive once its headers did; past it
+    /// `DEADLINE_EXCEEDED` and its concurrency slot is freed (0s: no limit).
+    #[serde(deserialize_with = "duration")]
+    pub read_timeout: Duration,
+    /// A connection with no stream open this long is sent GOAWAY and closed (0s: never).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+    /// How often the server pings a connection to check the client is still there
+    /// (0s: never).
+    #[serde(deserialize_with = "duration")]
+    pub keepalive_time: Duration,
+    /// How long a ping may go unanswered before the connection is closed.
+    #[serde(deserialize_with = "duration")]
+    pub keepalive_timeout: Duration,
     /// Serve TLS (and mTLS); absent: plain TCP.
     pub tls: Option<TlsConfig>,
 }
@@ -188,6 +215,12 @@ impl Default for GrpcReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4317)),
             max_recv_msg_size_mib: 4,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_streams: 100,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            keepalive_time: Duration::from_secs(60),
+            keepalive_timeout: Duration::from_secs(20),
             tls: None,
         }
     }
@@ -204,6 +237,20 @@ pub struct HttpReceiver {
     pub max_request_body_size_mib: u64,
     /// Requests in flight at once; past it, 503 with `Retry-After`.
     pub max_concurrent_requests: usize,
+    /// Open connections at once; past it a new one is accepted and closed (counted).
+    pub max_connections: usize,
+    /// How long a client has to send a request's headers, from its first byte (or from
+    /// the connection's opening, for the first request); past it the connection is closed
+    /// (0s: no limit).
+    #[serde(deserialize_with = "duration")]
+    pub read_header_timeout: Duration,
+    /// How long a request's body may take to arrive once its headers did; past it 408 and
+    /// its concurrency slot is freed (0s: no limit).
+    #[serde(deserialize_with = "duration")]
+    pub read_timeout: Duration,
+    /// A kept-alive connection waiting this long for its next request is closed (0s: never).
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
     /// Serve TLS (and mTLS); absent: plain TCP.
     pub tls: Option<TlsConfig>,
 }
@@ -214,6 +261,10 @@ impl Default for HttpReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_body_size_mib: 20,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            read_header_timeout: DEFAULT_READ_HEADER_TIMEOUT,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             tls: None,
         }
     }
@@ -229,6 +280,17 @@ pub struct Admin {
     /// Bearer tokens the admin endpoint requires (except `/healthz` and `/readyz`); none:
     /// no authentication.
     pub auth: AuthConfig,
+    /// Open connections at once; past it a new one is accepted and closed (counted).
+    pub max_connections: usize,
+    /// As `receivers.otlp.http.read_header_timeout`.
+    #[serde(deserialize_with = "duration")]
+    pub read_header_timeout: Duration,
+    /// As `receivers.otlp.http.read_timeout`.
+    #[serde(deserialize_with = "duration")]
+    pub read_timeout: Duration,
+    /// As `receivers.otlp.http.idle_timeout`.
+    #[serde(deserialize_with = "duration")]
+    pub idle_timeout: Duration,
     /// Serve TLS (and mTLS); absent: plain TCP.
     pub tls: Option<TlsConfig>,
 }
@@ -238,6 +300,10 @@ impl Default for Admin {
         Admin {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 9464)),
             auth: AuthConfig::default(),
+            max_connections: 1024,
+            read_header_timeout: DEFAULT_READ_HEADER_TIMEOUT,
+            read_timeout: DEFAULT_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
             tls: None,
         }
     }

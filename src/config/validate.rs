@@ -34,10 +34,30 @@ impl Config {
                 "receivers.otlp.http.max_concurrent_requests",
                 self.receivers.otlp.http.max_concurrent_requests,
             ),
+            (
+                "receivers.otlp.grpc.max_connections",
+                self.receivers.otlp.grpc.max_connections,
+            ),
+            (
+                "receivers.otlp.http.max_connections",
+                self.receivers.otlp.http.max_connections,
+            ),
+            ("admin.max_connections", self.admin.max_connections),
+            (
+                "receivers.otlp.grpc.max_concurrent_streams",
+                self.receivers.otlp.grpc.max_concurrent_streams as usize,
+            ),
         ] {
             if n == 0 {
                 return invalid(key.into(), "must be at least 1");
             }
+        }
+        let grpc = &self.receivers.otlp.grpc;
+        if !grpc.keepalive_time.is_zero() && grpc.keepalive_timeout.is_zero() {
+            return invalid(
+                "receivers.otlp.grpc.keepalive_timeout".into(),
+                "must be longer than 0 when keepalive_time is (0s keepalive_time turns pings off)",
+            );
         }
         if self.receivers.otlp.max_attributes_per_span == 0 {
             return invalid(

@@ -49,6 +49,12 @@ pub enum IngestError {
         /// `spans` or `bytes`.
         unit: &'static str,
     },
+    /// The body did not arrive within the listener's `read_timeout`.
+    #[error("the request's body did not arrive within {}s of its headers", after.as_secs_f64())]
+    ReadTimeout {
+        /// The `read_timeout`.
+        after: std::time::Duration,
+    },
     /// The export queue is full: retry after the hint (OTLP's retryable answer).
     #[error("the export queue is full; retry after {}s", retry_after.as_secs())]
     Overloaded {
@@ -82,6 +88,7 @@ impl IngestError {
             IngestError::ExceedsQueue { .. } => "exceeds_queue",
             IngestError::Unauthenticated => "unauthenticated",
             IngestError::Busy { .. } => "concurrency_limit",
+            IngestError::ReadTimeout { .. } => "read_timeout",
         }
     }
 
@@ -95,6 +102,7 @@ impl IngestError {
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
             IngestError::Overloaded { .. } | IngestError::Busy { .. } => 503,
             IngestError::Unauthenticated => 401,
+            IngestError::ReadTimeout { .. } => 408,
         }
     }
 
@@ -105,6 +113,7 @@ impl IngestError {
             IngestError::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
             IngestError::Overloaded { .. } | IngestError::Busy { .. } => tonic::Code::Unavailable,
             IngestError::Unauthenticated => tonic::Code::Unauthenticated,
+            IngestError::ReadTimeout { .. } => tonic::Code::DeadlineExceeded,
             _ => tonic::Code::InvalidArgument,
         }
     }
@@ -166,6 +175,13 @@ mod tests {
                 IngestError::UnsupportedMediaType(String::new()),
                 415,
                 tonic::Code::InvalidArgument,
+            ),
+            (
+                IngestError::ReadTimeout {
+                    after: std::time::Duration::from_secs(10),
+                },
+                408,
+                tonic::Code::DeadlineExceeded,
             ),
         ];
         for (e, http, grpc) in cases {

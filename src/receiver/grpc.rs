@@ -7,11 +7,13 @@
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 //! A request without a valid bearer token (when tokens are configured) is answered
 //! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`; one
-//! whose `content-type` is not `application/grpc…` HTTP 415, as the gRPC protocol says.
+//! whose `content-type` is not `application/grpc…` HTTP 415, as the gRPC protocol says; one
+//! whose message did not arrive within `read_timeout` `DEADLINE_EXCEEDED` (its slot freed).
 
 use crate::access::{Limit, Tokens};
 use crate::export::EXPORT_PATH;
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
+use crate::serve::ReadDeadline;
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
@@ -213,8 +215,18 @@ where
                 .apply_compression_config(accept, EnabledCompressionEncodings::default())
                 .apply_max_message_size_config(Some(limit), None);
             let metrics = Arc::clone(&pipeline);
+            let deadline = req.extensions().get::<ReadDeadline>().copied();
             let mut response = grpc.unary(Export(pipeline), req).await;
             let status = response.headers().get("grpc-status").cloned();
+            let failed = status.as_ref().is_some_and(|s| s != "0");
+            if let Some(d) = deadline.filter(|d| failed && d.passed()) {
+                // The message did not arrive in time: say so, rather than the read error.
+                let e = IngestError::ReadTimeout { after: d.timeout() };
+                metrics
+                    .metrics()
+                    .refused_request(Transport::Grpc, e.reason());
+                return Ok(self::status(&e).into_http());
+            }
             // tonic refuses a message over the limit with OUT_OF_RANGE (or, inflated past
             // it, RESOURCE_EXHAUSTED); OTLP asks for RESOURCE_EXHAUSTED. The export itself
             // never answers OUT_OF_RANGE, so every one is tonic's size check.

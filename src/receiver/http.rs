@@ -8,10 +8,13 @@
 //! rest of it is read and discarded (bounded), so the client reads the answer instead of a
 //! broken connection it would retry. Answers follow OTLP/HTTP: 200 with an
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
-//! `google.rpc.Status` body; 405 for other methods; 404 for other signals and paths.
+//! `google.rpc.Status` body; 408 (and the connection closed) for a body that did not arrive
+//! within `read_timeout`, which frees its concurrency slot; 405 for other methods; 404 for
+//! other signals and paths.
 
 use crate::access::{Limit, Tokens};
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
+use crate::serve::ReadDeadline;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -157,6 +160,7 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let deadline = request.extensions().get::<ReadDeadline>().copied();
     let mut body = request.into_body();
     if declared.is_some_and(|n| n > limit) {
         // Refused without buffering; the rest is read and thrown away (up to a bound) so
@@ -167,9 +171,12 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
     }
     let mut collected = BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| IngestError::Malformed {
-            encoding: "http",
-            detail: format!("reading the body: {e}"),
+        let frame = frame.map_err(|e| match deadline.filter(ReadDeadline::passed) {
+            Some(d) => IngestError::ReadTimeout { after: d.timeout() },
+            None => IngestError::Malformed {
+                encoding: "http",
+                detail: format!("reading the body: {e}"),
+            },
         })?;
         if let Ok(data) = frame.into_data() {
             if collected.len() + data.len() > limit {
@@ -229,6 +236,12 @@ fn answer_error(encoding: Encoding, e: &IngestError) -> Response {
     };
     let code = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
     let mut response = respond(code, encoding, body);
+    if matches!(e, IngestError::ReadTimeout { .. }) {
+        // The rest of the body may still come: the connection cannot carry another request.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if let Some(retry_after) = e.retry_after() {
         if let Ok(v) = HeaderValue::from_str(&retry_after.as_secs().max(1).to_string()) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
