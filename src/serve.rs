@@ -39,7 +39,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 
@@ -379,13 +379,14 @@ where
 
 /// What the watchdog knows of a connection: requests in flight, since when none is, and
 /// since when the next request's headers have been arriving (HTTP/1). Times are
-/// milliseconds since the connection opened.
+/// milliseconds since the connection opened. Requests only write it: the watchdog reads it
+/// when its timer fires, so a request costs a few atomic operations and no wake-up.
 struct Activity {
     opened: Instant,
+    http1: bool,
     in_flight: AtomicUsize,
     idle_since: AtomicU64,
     head_since: AtomicU64,
-    changed: Notify,
 }
 
 /// No headers arriving.
@@ -400,7 +401,7 @@ enum Due {
     Idle,
     /// Look again at this many milliseconds since the connection opened.
     At(u64),
-    /// Look again when something changes.
+    /// Nothing is timed.
     Never,
 }
 
@@ -409,10 +410,10 @@ impl Activity {
     fn new(http1: bool) -> Activity {
         Activity {
             opened: Instant::now(),
+            http1,
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(if http1 { 0 } else { NO_HEAD }),
-            changed: Notify::new(),
         }
     }
 
@@ -433,34 +434,42 @@ impl Activity {
             && self.head_since.load(Ordering::Acquire) == NO_HEAD
         {
             self.head_since.store(self.now(), Ordering::Release);
-            self.changed.notify_one();
         }
     }
 
-    /// What is due at `now` under `limits`.
+    /// What is due at `now` under `limits`. Nothing tells the watchdog when a request
+    /// starts or ends, so it looks again at least once per timeout: whatever happened since
+    /// `now` cannot fall due before that.
     fn due(&self, limits: &Limits, now: u64) -> Due {
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            return Due::Never;
-        }
         let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let mut next = None;
-        let head = self.head_since.load(Ordering::Acquire);
-        if !limits.read_header_timeout.is_zero() && head != NO_HEAD {
-            let at = head.saturating_add(millis(limits.read_header_timeout));
-            if now >= at {
-                return Due::HeaderTimeout;
-            }
-            next = Some(at);
+        let header = (self.http1 && !limits.read_header_timeout.is_zero())
+            .then(|| millis(limits.read_header_timeout));
+        let idle = (!limits.idle_timeout.is_zero()).then(|| millis(limits.idle_timeout));
+        let Some(period) = header.into_iter().chain(idle).min() else {
+            return Due::Never;
+        };
+        let mut next = now.saturating_add(period);
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return Due::At(next);
         }
-        if !limits.idle_timeout.is_zero() {
-            let idle_since = self.idle_since.load(Ordering::Acquire);
-            let at = idle_since.saturating_add(millis(limits.idle_timeout));
+        if let Some(header) = header {
+            let head = self.head_since.load(Ordering::Acquire);
+            if head != NO_HEAD {
+                let at = head.saturating_add(header);
+                if now >= at {
+                    return Due::HeaderTimeout;
+                }
+                next = next.min(at);
+            }
+        }
+        if let Some(idle) = idle {
+            let at = self.idle_since.load(Ordering::Acquire).saturating_add(idle);
             if now >= at {
                 return Due::Idle;
             }
-            next = Some(next.map_or(at, |n: u64| n.min(at)));
+            next = next.min(at);
         }
-        next.map_or(Due::Never, Due::At)
+        Due::At(next)
     }
 }
 
@@ -472,7 +481,6 @@ impl Drop for Busy {
         let activity = &self.0;
         if activity.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             activity.idle_since.store(activity.now(), Ordering::Release);
-            activity.changed.notify_one();
         }
     }
 }
@@ -487,7 +495,8 @@ struct Watchdog<'a> {
 
 impl Watchdog<'_> {
     /// Drives `conn` to its end, shutting it down (`graceful`) when idle too long or told to
-    /// stop, and dropping it when a request's headers take too long.
+    /// stop, and dropping it when a request's headers take too long. One timer, re-armed
+    /// only when it fires.
     async fn drive<C, E>(
         &self,
         mut conn: Pin<&mut C>,
@@ -498,14 +507,31 @@ impl Watchdog<'_> {
         E: std::fmt::Display,
     {
         let mut closing = false;
-        let mut give_up: Option<Instant> = None;
+        let timer = tokio::time::sleep(Duration::ZERO);
+        let mut timer = pin!(timer);
+        let mut timed = true;
         loop {
-            let due = if closing {
-                Due::Never
-            } else {
-                self.activity.due(self.limits, self.activity.now())
-            };
-            let wake = match due {
+            tokio::select! {
+                biased;
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(listener = self.name, error = %e, "Connection ended with an error.");
+                    }
+                    return;
+                }
+                _ = stop.wait_for(|stop| *stop), if !closing => {
+                    graceful(conn.as_mut());
+                    closing = true;
+                    timed = false;
+                    continue;
+                }
+                () = timer.as_mut(), if timed => {
+                    if closing {
+                        return;
+                    }
+                }
+            }
+            match self.activity.due(self.limits, self.activity.now()) {
                 Due::HeaderTimeout => {
                     self.metrics.read_header_timeout.inc();
                     tracing::debug!(
@@ -518,36 +544,16 @@ impl Watchdog<'_> {
                     self.metrics.idle_timeout.inc();
                     graceful(conn.as_mut());
                     closing = true;
-                    give_up = Some(Instant::now() + CLOSE_GRACE);
-                    continue;
+                    timer.as_mut().reset(Instant::now() + CLOSE_GRACE);
                 }
-                Due::At(ms) => Some(self.activity.opened + Duration::from_millis(ms)),
-                Due::Never => None,
-            };
-            tokio::select! {
-                ended = conn.as_mut() => {
-                    if let Err(e) = ended {
-                        tracing::debug!(listener = self.name, error = %e, "Connection ended with an error.");
-                    }
-                    return;
+                Due::At(ms) => {
+                    timer
+                        .as_mut()
+                        .reset(self.activity.opened + Duration::from_millis(ms));
                 }
-                _ = stop.wait_for(|stop| *stop), if !closing => {
-                    graceful(conn.as_mut());
-                    closing = true;
-                }
-                () = self.activity.changed.notified(), if !closing => {}
-                () = until(wake), if wake.is_some() => {}
-                () = until(give_up), if give_up.is_some() => return,
+                Due::Never => timed = false,
             }
         }
-    }
-}
-
-/// Sleeps until `at`, or forever.
-async fn until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -737,17 +743,38 @@ mod tests {
         assert_eq!(activity.due(&l, 50), Due::At(100));
         assert_eq!(activity.due(&l, 100), Due::HeaderTimeout);
         let busy = activity.enter();
-        // In flight: nothing is timed by the watchdog (the body has its own deadline).
-        assert_eq!(activity.due(&l, 5_000), Due::Never);
+        // In flight: the watchdog only looks again later (the body has its own deadline).
+        assert_eq!(activity.due(&l, 5_000), Due::At(5_100));
         drop(busy);
-        // Kept alive between requests: the idle clock, not the header one.
+        // Kept alive between requests: the idle clock, looked at once per header timeout
+        // in case a request's first byte arrives meanwhile.
         let idle_since = activity.idle_since.load(Ordering::Acquire);
-        assert_eq!(activity.due(&l, idle_since), Due::At(idle_since + 1_000));
+        assert_eq!(activity.due(&l, idle_since), Due::At(idle_since + 100));
+        assert_eq!(
+            activity.due(&l, idle_since + 950),
+            Due::At(idle_since + 1_000)
+        );
+        assert_eq!(activity.due(&l, idle_since + 1_000), Due::Idle);
         activity
             .head_since
             .store(idle_since + 10, Ordering::Release);
         assert_eq!(activity.due(&l, idle_since + 10), Due::At(idle_since + 110));
         assert_eq!(activity.due(&l, idle_since + 110), Due::HeaderTimeout);
+    }
+
+    #[test]
+    fn whatever_happens_after_a_look_cannot_fall_due_before_the_next() {
+        let l = limits(100, 1_000);
+        let activity = Arc::new(Activity::new(true));
+        let busy = activity.enter();
+        let Due::At(next) = activity.due(&l, 200) else {
+            panic!("in flight, a look is due")
+        };
+        // The request ends and the next one starts just after the look.
+        drop(busy);
+        activity.head_since.store(201, Ordering::Release);
+        assert!(next <= 201 + 100, "{next}");
+        assert_eq!(activity.due(&l, next), Due::At(301));
     }
 
     #[test]
