@@ -86,7 +86,6 @@ async fn a_json_body_that_amplifies_when_parsed_stays_bounded() {
             .send()
     });
     let healthz = async {
-        // /healthz stays prompt while the four are decoded.
         let started = std::time::Instant::now();
         let r = reqwest::get(format!("http://127.0.0.1:{}/healthz", ports.admin))
             .await
@@ -97,12 +96,15 @@ async fn a_json_body_that_amplifies_when_parsed_stays_bounded() {
     for answer in answers {
         assert_eq!(answer.expect("answered").status(), 400);
     }
+    // Answered while the four are decoded; how long it took is reported, not asserted.
     assert_eq!(health, 200);
-    assert!(took < Duration::from_secs(2), "/healthz took {took:?}");
+    // Each inflated body (19 MiB) is held while it is decoded, no more: 3.2 GB before.
+    let peak_four = peak_rss(pid);
+    assert!(peak_four < 256 << 20, "peak RSS {} MiB", peak_four >> 20);
     eprintln!(
         "amplification: peak RSS {} MiB after one body, {} MiB after four at once; /healthz meanwhile in {took:?}",
         peak >> 20,
-        peak_rss(pid) >> 20
+        peak_four >> 20
     );
     let m = metrics(ports.admin).await;
     assert_eq!(
@@ -1142,14 +1144,14 @@ async fn more_idle_sockets_than_descriptors_leave_the_server_reachable() {
         .map(|_| std::net::TcpStream::connect(("127.0.0.1", ports.http)).expect("connects"))
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = std::time::Instant::now();
     for _ in 0..5 {
-        let started = std::time::Instant::now();
         assert!(healthz(ports.admin).await, "/healthz answers");
-        eprintln!(
-            "descriptors: /healthz answered in {:?} with 1,100 idle sockets open",
-            started.elapsed()
-        );
     }
+    eprintln!(
+        "descriptors: /healthz answered five times in {:?} with 1,100 idle sockets open",
+        started.elapsed()
+    );
     let m = metrics(ports.admin).await;
     let held = value(
         &m,
