@@ -217,7 +217,7 @@ impl Metrics {
         let skipped = counter_vec(
             &r,
             "refusal_gate_spans_skipped_total",
-            "Spans that are not attempts (not CLIENT, no known protocol, duplicate, malformed).",
+            "Spans that are not attempts (not CLIENT, no known protocol, duplicate, the same call as another span).",
             &["reason"],
         );
         let tracker_keys = IntGauge::new("refusal_gate_tracker_keys", "Keys the tracker holds.")

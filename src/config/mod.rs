@@ -341,6 +341,30 @@ pub struct InterfaceConfig {
     /// Where its discovery documents live.
     #[serde(default)]
     pub discovery: DiscoveryConfig,
+    /// The interface observed from its own side: its SERVER spans are attempts too
+    /// (DESIGN §9).
+    #[serde(default)]
+    pub server: Option<ServerViewConfig>,
+}
+
+/// `interfaces[].server`: which resources' SERVER spans are attempts on the interface, and
+/// where on such a span the client's identity is found.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerViewConfig {
+    /// The `service.name` of every resource whose SERVER spans are attempts on it.
+    pub service_names: Vec<String>,
+    /// Span attributes naming the client, first present wins (each also read under its
+    /// legacy name: `user_agent.original` as `http.user_agent`).
+    #[serde(default = "default_client_from")]
+    pub client_from: Vec<String>,
+}
+
+/// The default `client_from`: an authenticated user, then the user agent.
+pub fn default_client_from() -> Vec<String> {
+    ["enduser.id", "user.id", "user_agent.original"]
+        .map(String::from)
+        .to_vec()
 }
 
 /// One declared endpoint: a path (exact, or a template such as `/users/{id}`) and,
@@ -438,6 +462,10 @@ pub struct TrackerConfig {
     /// How often the state file is written while serving (0s: only on shutdown).
     #[serde(deserialize_with = "duration")]
     pub state_interval: Duration,
+    /// Server spans held for the other span of their call (DESIGN §9), and client calls on
+    /// observed interfaces remembered for theirs, each at most this many; past it the
+    /// oldest held span is counted at once and the oldest call forgotten.
+    pub max_held_spans: usize,
 }
 
 impl Default for TrackerConfig {
@@ -450,6 +478,7 @@ impl Default for TrackerConfig {
             reorder_window: Duration::from_secs(5),
             state_file: None,
             state_interval: Duration::from_secs(60),
+            max_held_spans: 10_000,
         }
     }
 }

@@ -135,6 +135,7 @@ impl Config {
             }
         }
         let mut names = std::collections::HashSet::new();
+        let mut observed = std::collections::HashSet::new();
         for (i, interface) in self.interfaces.iter().enumerate() {
             let at = |field: &str| format!("interfaces[{i}].{field}");
             if interface.name.is_empty() {
@@ -190,6 +191,22 @@ impl Config {
                         return invalid(
                             at(&format!("endpoints[{j}].methods")),
                             "each method must be an HTTP method such as GET or POST",
+                        );
+                    }
+                }
+            }
+            if let Some(server) = &interface.server {
+                if server.service_names.is_empty() {
+                    return invalid(at("server.service_names"), "must name at least one service");
+                }
+                if server.client_from.iter().any(String::is_empty) {
+                    return invalid(at("server.client_from"), "must not hold an empty name");
+                }
+                for name in &server.service_names {
+                    if !observed.insert(name.as_str()) {
+                        return invalid(
+                            at("server.service_names"),
+                            &format!("{name} is observed by another interface too"),
                         );
                     }
                 }

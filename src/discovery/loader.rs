@@ -358,6 +358,7 @@ pub fn load_local(
                                     max_size_mib: crate::config::DEFAULT_DOCUMENT_MAX_MIB,
                                 }),
                             },
+                            server: None,
                         });
                         documents.insert(name.clone(), contract);
                         (name, LoadOutcome::Loaded, None)
@@ -577,6 +578,7 @@ mod tests {
                 paths: Vec::new(),
                 document: Some(source),
             },
+            server: None,
         };
         let contract = document::parse(
             br#"{"remotes": [{"type": "streamable-http", "url": "http://a.test/mcp"}]}"#,

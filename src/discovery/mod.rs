@@ -72,6 +72,8 @@ pub struct Interface {
     pub bases: Vec<(String, String)>,
     endpoints: Vec<Endpoint>,
     discovery_paths: Vec<String>,
+    /// Where a SERVER span names its client, when the interface is observed from its side.
+    client_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +147,8 @@ pub struct Interfaces {
     grpc_services: HashMap<String, Option<usize>>,
     /// The one interface of protocol `grpc`, when exactly one is configured.
     grpc_only: Option<usize>,
+    /// Per `service.name` observed from the server's side, its interface (DESIGN §9).
+    observed: HashMap<String, usize>,
 }
 
 impl Interfaces {
@@ -208,12 +212,18 @@ impl Interfaces {
                     .or_default()
                     .push((index, base.clone()));
             }
+            if let Some(server) = &config.server {
+                for service in &server.service_names {
+                    registry.observed.entry(service.clone()).or_insert(index);
+                }
+            }
             registry.list.push(Interface {
                 name: config.name.clone(),
                 protocol: config.protocol,
                 bases,
                 endpoints,
                 discovery_paths,
+                client_from: config.server.as_ref().map(|s| s.client_from.clone()),
             });
         }
         let mut grpc = registry
@@ -274,6 +284,29 @@ impl Interfaces {
             self.grpc_services.get(service).copied().flatten()
         };
         owner.map_or(InterfaceRef::Unknown, InterfaceRef::Configured)
+    }
+
+    /// The interface whose SERVER spans a resource named `service` sends, when one is
+    /// observed from its side (DESIGN §9).
+    pub fn observed_by(&self, service: &str) -> Option<usize> {
+        if self.observed.is_empty() {
+            return None;
+        }
+        self.observed.get(service).copied()
+    }
+
+    /// Where a SERVER span of `interface` names its client: `None` when the interface is
+    /// not observed from its side.
+    pub fn client_from(&self, interface: InterfaceRef<'_>) -> Option<&[String]> {
+        match interface {
+            InterfaceRef::Configured(i) => self.list[i].client_from.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether any interface is observed from its side.
+    pub fn any_observed(&self) -> bool {
+        !self.observed.is_empty()
     }
 
     /// The name of an interface: its configured name, its origin, or `unknown`.
@@ -387,6 +420,7 @@ mod tests {
                 paths: vec!["/docs/contract.json".into()],
                 document: None,
             },
+            server: None,
         }
     }
 

@@ -125,6 +125,8 @@ pub struct Attempt<'a> {
     pub trace_id: &'a [u8],
     /// The span's id (8 bytes when valid).
     pub span_id: &'a [u8],
+    /// Its parent's id; empty for a root span.
+    pub parent_span_id: &'a [u8],
 }
 
 /// The attributes extraction reads, one slot each, filled in one pass.
@@ -148,6 +150,7 @@ struct Slots<'a> {
     net_peer_port: Option<i64>,
     url_path: Option<&'a str>,
     http_target: Option<&'a str>,
+    http_route: Option<&'a str>,
     status: Option<i64>,
     status_legacy: Option<i64>,
     jsonrpc_error_code: Option<Val<'a>>,
@@ -201,6 +204,7 @@ impl<'a> Slots<'a> {
             b"net.peer.port" => self.net_peer_port = as_int(v),
             b"url.path" => self.url_path = as_str(v),
             b"http.target" => self.http_target = as_str(v),
+            b"http.route" => self.http_route = as_str(v),
             b"http.response.status_code" => self.status = as_int(v),
             b"http.status_code" => self.status_legacy = as_int(v),
             b"rpc.jsonrpc.error_code" => self.jsonrpc_error_code = Some(v),
@@ -329,11 +333,82 @@ pub fn extract<'a>(
     if span.kind() != SpanKind::Client as i32 {
         return Err(Skip::NotClient);
     }
+    read(client, span, max_attributes, false)
+}
+
+/// Reads one SERVER span of an interface observed from its side as an attempt of `client`
+/// (DESIGN §9): as a client span, but for its status, which says nothing of the client (a
+/// 4xx is no error for a server), and with `http.route` for a path when nothing else gives one.
+///
+/// # Errors
+/// A [`Skip`] when the span is not a SERVER span or belongs to no known protocol family.
+pub fn extract_server<'a>(
+    client: Client<'a>,
+    span: &dyn SpanView<'a>,
+    max_attributes: usize,
+) -> Result<Attempt<'a>, Skip> {
+    if span.kind() != SpanKind::Server as i32 {
+        return Err(Skip::NotClient);
+    }
+    read(client, span, max_attributes, true)
+}
+
+/// The client of an observed interface's SERVER span (DESIGN §9): the value of the first of
+/// `client_from` the span carries (each also under its legacy name), the instance its
+/// `client.address` (`net.sock.peer.addr`, `net.peer.ip`). `None` when it names no client.
+pub fn server_client<'a>(
+    span: &dyn SpanView<'a>,
+    client_from: &[String],
+    max_attributes: usize,
+) -> Option<Client<'a>> {
+    let legacy = |name: &str| match name {
+        "user_agent.original" => Some("http.user_agent"),
+        _ => None,
+    };
+    let (mut best, mut name) = (usize::MAX, None);
+    let mut instance: [Option<&'a str>; 3] = [None; 3];
+    span.attributes(max_attributes, &mut |key, v| {
+        match key {
+            b"client.address" => instance[0] = as_str(v),
+            b"net.sock.peer.addr" => instance[1] = as_str(v),
+            b"net.peer.ip" => instance[2] = as_str(v),
+            _ => {}
+        }
+        let Ok(key) = std::str::from_utf8(key) else {
+            return;
+        };
+        let found = client_from
+            .iter()
+            .position(|c| c == key || legacy(c) == Some(key));
+        if let (Some(at), Some(value)) = (found, as_str(v).filter(|v| !v.is_empty())) {
+            if at < best {
+                (best, name) = (at, Some(value));
+            }
+        }
+    });
+    Some(Client {
+        name: name?,
+        instance: instance.into_iter().flatten().next(),
+    })
+}
+
+/// The name of a server-side client that named itself nowhere.
+pub const UNKNOWN_CLIENT: &str = "unknown_client";
+
+fn read<'a>(
+    client: Client<'a>,
+    span: &dyn SpanView<'a>,
+    max_attributes: usize,
+    server: bool,
+) -> Result<Attempt<'a>, Skip> {
     let mut s = Slots::default();
     s.fill(span, max_attributes);
     let family = s.family().ok_or(Skip::NoProtocol)?;
 
-    let (origin, path) = locate(&s);
+    let (origin, mut path) = locate(&s);
+    if server && path.is_none() {
+        path = s.http_route.map(url::path_of);
+    }
     let http_method = s.http_method.or(s.http_method_legacy);
 
     let http_status = s
@@ -421,7 +496,7 @@ pub fn extract<'a>(
             grpc_code,
             timeout,
             error_type: s.error_type,
-            status_error: span.status_error(),
+            status_error: !server && span.status_error(),
             retry_after: s
                 .retry_after
                 .or(s.retry_after_legacy)
@@ -432,6 +507,7 @@ pub fn extract<'a>(
         end: span.end().max(span.start()),
         trace_id: span.trace_id(),
         span_id: span.span_id(),
+        parent_span_id: span.parent_span_id(),
     })
 }
 

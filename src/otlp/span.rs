@@ -87,6 +87,10 @@ pub trait SpanView<'a> {
     fn trace_id(&self) -> &'a [u8];
     /// The span id.
     fn span_id(&self) -> &'a [u8];
+    /// The parent span's id; empty for a root span.
+    fn parent_span_id(&self) -> &'a [u8] {
+        &[]
+    }
     /// Whether the span's status is ERROR.
     fn status_error(&self) -> bool;
     /// Calls `f` with the first `max` attributes: each key as bytes, and its value.
@@ -115,6 +119,9 @@ impl<'a> SpanView<'a> for &'a Span {
     }
     fn span_id(&self) -> &'a [u8] {
         &self.span_id
+    }
+    fn parent_span_id(&self) -> &'a [u8] {
+        &self.parent_span_id
     }
     fn status_error(&self) -> bool {
         self.status

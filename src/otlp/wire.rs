@@ -342,6 +342,7 @@ pub struct SpanRef<'a> {
     attribute_count: usize,
     trace_id: &'a [u8],
     span_id: &'a [u8],
+    parent_span_id: &'a [u8],
     name: &'a str,
     kind: i32,
     start: u64,
@@ -362,6 +363,7 @@ impl<'a> SpanRef<'a> {
             has_events: false,
             trace_id: &[],
             span_id: &[],
+            parent_span_id: &[],
             name: "",
             kind: 0,
             start: 0,
@@ -392,6 +394,7 @@ impl<'a> SpanRef<'a> {
                 (11, _) => span.has_events = true,
                 (1, Wire::Bytes(b)) => span.trace_id = b,
                 (2, Wire::Bytes(b)) => span.span_id = b,
+                (4, Wire::Bytes(b)) => span.parent_span_id = b,
                 (5, Wire::Bytes(b)) => span.name = std::str::from_utf8(b).map_err(|_| Broken)?,
                 (6, Wire::Varint(k)) => span.kind = k as i32,
                 (7, Wire::Fixed64(t)) => span.start = t,
@@ -431,6 +434,9 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
     }
     fn span_id(&self) -> &'a [u8] {
         self.span_id
+    }
+    fn parent_span_id(&self) -> &'a [u8] {
+        self.parent_span_id
     }
     fn status_error(&self) -> bool {
         self.status_error

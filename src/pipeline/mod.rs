@@ -7,8 +7,10 @@
 //! first); every method that needs the time takes `now` from its caller — the wall clock when
 //! serving, span time when replaying.
 
+pub mod calls;
 pub mod error;
 pub mod place;
+mod server;
 
 pub use crate::otlp::Transport;
 pub use error::{Encoding, IngestError};
@@ -19,13 +21,15 @@ use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
 use crate::discovery::Interfaces;
 use crate::export::{Exporter, Reservation};
+use crate::extract::SpanView;
 use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
 use crate::otlp::tags::SpanTags;
 use crate::otlp::{frame, json, wire};
 use crate::tracker::{Event, Judgement, Nanos, Observation, Tracker};
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use std::hash::{BuildHasher, Hash};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What one request amounted to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -53,6 +57,8 @@ pub struct Pipeline {
     seed: u64,
     /// Attributes read per span and per resource.
     max_attributes: usize,
+    /// Server spans waiting for the other span of their call (DESIGN §9).
+    calls: Mutex<calls::Calls>,
 }
 
 /// What one request carries through the ingest path.
@@ -94,6 +100,7 @@ impl Pipeline {
         alerting: &AlertingConfig,
     ) -> Pipeline {
         let (alerts, deliveries, watchers_refused) = metrics.alert_counters();
+        let calls = calls::Calls::new(tracker.reorder_window(), tracker.max_held_spans());
         // A random seed: the standard library's per-process random keys.
         let seed = std::hash::BuildHasher::hash_one(
             &std::collections::hash_map::RandomState::new(),
@@ -108,6 +115,7 @@ impl Pipeline {
             hasher: foldhash::fast::FixedState::with_seed(seed),
             seed,
             max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
+            calls: Mutex::new(calls),
         }
     }
 
@@ -183,6 +191,10 @@ impl Pipeline {
     /// The tracker.
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
+    }
+
+    fn calls(&self) -> MutexGuard<'_, calls::Calls> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// One export request, from either receiver, at `now`: framing checked (OTLP/JSON made
@@ -303,7 +315,9 @@ impl Pipeline {
                 Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
                 Err(_) => extract::client(|_| {}),
             };
+            let observed = interfaces.observed_by(client.name);
             let mut client = self.client_ids(client);
+            let mut server_spans = Vec::new();
             for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
                 for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
                     let at = seen;
@@ -313,10 +327,18 @@ impl Pipeline {
                         request.summary.rejected += 1;
                         continue;
                     };
+                    if observed.is_some() && span.kind() == SpanKind::Server as i32 {
+                        server_spans.push(self.read_server(&mut request, span, bytes));
+                        continue;
+                    }
                     self.stage(&mut request, &interfaces, &mut client, &span, &mut staged);
                 }
             }
             self.flush(&mut request, &mut staged);
+            if let Some(index) = observed {
+                let service = client.client.name;
+                self.server_view(&mut request, &interfaces, index, service, &server_spans);
+            }
         }
         self.finish_request(transport, &request.summary, &request.events, now);
         (request.summary, malformed_at)
@@ -384,6 +406,9 @@ impl Pipeline {
         };
         r.summary.attempts += 1;
         let p = self.place(interfaces, attempt, client.id);
+        if interfaces.client_from(p.interface).is_some() {
+            self.client_call(attempt, r.now);
+        }
         let labels = self.labels(client, p.group.interface, p.interface_name);
         // Spans tagged upstream are forwarded as they came.
         let tag = slot.filter(|_| !attempt.tagged).map(|at| {
@@ -401,6 +426,24 @@ impl Pipeline {
         });
         if staged.len() == STAGED {
             self.flush(r, staged);
+        }
+    }
+
+    /// Takes a SERVER span of an observed resource aside, with its place among the tags.
+    fn read_server<'a>(
+        &self,
+        r: &mut RequestState<'_>,
+        span: wire::SpanRef<'a>,
+        bytes: &'a [u8],
+    ) -> server::ServerSpan<'a> {
+        r.summary.accepted += 1;
+        if span.attribute_count() > self.max_attributes {
+            r.summary.truncated += 1;
+        }
+        server::ServerSpan {
+            slot: r.tags.as_deref_mut().map(SpanTags::push_span),
+            span,
+            bytes,
         }
     }
 
@@ -451,6 +494,9 @@ impl Pipeline {
     /// Settles pending verdicts at `now` (all of them when `force`) and records them.
     pub fn settle(&self, force: bool, now: Nanos) {
         let mut events = Vec::new();
+        // Held server spans wait out their window even then: a scrape must not take a span
+        // whose parent is on its way for one of its own.
+        self.release_held(now, false, &mut events);
         self.tracker.settle(now, force, &mut events);
         self.record(&events, now);
     }
@@ -459,6 +505,7 @@ impl Pipeline {
     /// refusal as if the clock had run past all their windows.
     pub fn finish(&self, now: Nanos) {
         let mut events = Vec::new();
+        self.release_held(now, true, &mut events);
         self.tracker.finish(&mut events);
         self.record(&events, now);
         self.metrics.set_tracker_keys(self.tracker.keys());
@@ -467,6 +514,7 @@ impl Pipeline {
     /// The periodic sweep at `now`: settles, counts honored refusals, expires keys and series.
     pub fn sweep(&self, now: Nanos) {
         let mut events = Vec::new();
+        self.release_held(now, false, &mut events);
         self.tracker.sweep(now, &mut events);
         self.record(&events, now);
         self.metrics.set_tracker_keys(self.tracker.keys());

@@ -102,6 +102,20 @@ impl Pipeline {
             }
             _ => attempt.path,
         };
+        self.place_in(interfaces, interface, attempt, path, client)
+    }
+
+    /// Where an attempt on `interface`, with `path` (its own, or the one built for it),
+    /// stands: the rest of [`Pipeline::place`], and all of it for an attempt whose interface
+    /// is known beforehand (a SERVER span of an observed interface).
+    pub fn place_in<'i>(
+        &self,
+        interfaces: &'i Interfaces,
+        interface: InterfaceRef<'i>,
+        attempt: &'i Attempt<'_>,
+        path: Option<&str>,
+        client: u64,
+    ) -> Placed<'i> {
         let interface_name = interfaces.name(interface);
         let declared = interfaces.declared(interface, path);
         let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);

@@ -256,3 +256,168 @@ interfaces:
         Discovery::Read
     );
 }
+
+/// The server view's tests: a resource observed from the server's side, and its spans.
+mod server_view {
+    use super::*;
+
+    const CONFIG: &str = "
+interfaces:
+  - name: weather
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints: [{ path: /mcp, methods: [POST] }]
+    server: { service_names: [weather-mcp] }
+";
+
+    use crate::otlp::fixtures::{i, s as kv};
+
+    /// A span of `kind` in trace 7 with id `id` and parent `parent` (0: none).
+    fn span(kind: i32, id: u8, parent: u8, attributes: &[(&str, &str)]) -> Span {
+        Span {
+            name: "span".into(),
+            kind,
+            trace_id: vec![7; 16],
+            span_id: vec![id; 8],
+            parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
+            start_time_unix_nano: 1_000 + u64::from(id),
+            end_time_unix_nano: 2_000,
+            attributes: attributes.iter().map(|(k, v)| kv(k, v)).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// What the ASGI instrumentation records for a request (its default, legacy names).
+    fn asgi(id: u8, parent: u8, path: &str, status: &str) -> Span {
+        let url = format!("http://mcp.test:8080{path}");
+        span(
+            2,
+            id,
+            parent,
+            &[
+                ("http.method", "POST"),
+                ("http.url", &url),
+                ("http.status_code", status),
+                ("http.user_agent", "planner/1.0"),
+                ("net.peer.ip", "10.0.0.7"),
+            ],
+        )
+    }
+
+    /// What the MCP Python SDK's server records for a message.
+    fn mcp(id: u8, parent: u8, method: &str) -> Span {
+        span(2, id, parent, &[("mcp.method.name", method)])
+    }
+
+    fn body(service: &str, spans: Vec<Span>) -> Vec<u8> {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", service)],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    fn attempts(pipeline: &Pipeline, client: &str) -> u64 {
+        pipeline.settle(true, 10);
+        let text = pipeline.metrics().render();
+        text.lines()
+            .filter(|l| {
+                l.starts_with("refusal_gate_attempts_total{")
+                    && l.contains(&format!("client=\"{client}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    fn pipeline() -> Pipeline {
+        Pipeline::from_config(&crate::config::Config::parse(CONFIG).expect("valid"))
+    }
+
+    fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {
+        p.handle(
+            Transport::Grpc,
+            &body(service, spans),
+            Encoding::Protobuf,
+            now,
+        )
+        .expect("accepted");
+    }
+
+    #[test]
+    fn a_protocol_span_takes_its_client_from_its_http_parent_and_the_pair_is_one_call() {
+        let p = pipeline();
+        // Together, the child first (it ends first).
+        send(
+            &p,
+            "weather-mcp",
+            vec![mcp(2, 1, "initialize"), asgi(1, 0, "/mcp", "200")],
+            1,
+        );
+        assert_eq!(attempts(&p, "planner/1.0"), 1);
+        // Apart: the child in one export, its parent in the next.
+        send(&p, "weather-mcp", vec![mcp(4, 3, "tools/list")], 2);
+        assert_eq!(attempts(&p, "planner/1.0"), 1, "held for its parent");
+        assert_eq!(
+            p.calls().held(),
+            1,
+            "a read of the counters does not release it"
+        );
+        send(&p, "weather-mcp", vec![asgi(3, 0, "/mcp", "200")], 3);
+        assert_eq!(attempts(&p, "planner/1.0"), 2);
+        assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 0);
+        // A request that carries no protocol span is an attempt of its own.
+        send(&p, "weather-mcp", vec![asgi(5, 0, "/mcp/mcp", "404")], 4);
+        assert_eq!(attempts(&p, "planner/1.0"), 3);
+    }
+
+    #[test]
+    fn a_server_span_of_a_client_span_is_the_same_call_whichever_comes_first() {
+        let p = pipeline();
+        let client = |id: u8| {
+            let mut s = span(
+                3,
+                id,
+                0,
+                &[
+                    ("http.request.method", "POST"),
+                    ("url.full", "http://mcp.test:8080/mcp"),
+                ],
+            );
+            s.attributes.push(i("http.response.status_code", 200));
+            s
+        };
+        send(&p, "my-agent", vec![client(1)], 1);
+        send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 2);
+        send(&p, "weather-mcp", vec![asgi(4, 3, "/mcp", "200")], 3);
+        send(&p, "my-agent", vec![client(3)], 4);
+        assert_eq!(attempts(&p, "my-agent"), 2);
+        assert_eq!(attempts(&p, "planner/1.0"), 0);
+    }
+
+    #[test]
+    fn a_held_span_whose_parent_never_comes_is_counted_after_the_reorder_window() {
+        let p = pipeline();
+        let window = p.tracker().reorder_window();
+        send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 1);
+        send(&p, "weather-mcp", vec![mcp(4, 3, "initialize")], 1);
+        p.sweep(window);
+        assert_eq!(p.calls().held(), 2, "still waiting");
+        p.sweep(window + 1);
+        assert_eq!(p.calls().held(), 0);
+        // Each counted as it is: the HTTP span under the client it names, the MCP span under
+        // none.
+        assert_eq!(attempts(&p, "planner/1.0"), 1);
+        assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 1);
+    }
+
+    const UNKNOWN_CLIENT_NAME: &str = crate::extract::UNKNOWN_CLIENT;
+}

@@ -214,6 +214,7 @@ pub struct Params {
     probe_window: Nanos,
     key_ttl: Nanos,
     reorder_window: Nanos,
+    max_held_spans: usize,
     /// Attempts kept per key.
     depth: usize,
 }
@@ -227,6 +228,7 @@ impl Params {
             probe_window: nanos(c.probe_window),
             key_ttl: nanos(c.key_ttl),
             reorder_window: nanos(c.reorder_window),
+            max_held_spans: c.max_held_spans,
             // The budget looks at max_retries + 1 attempts before the one judged.
             depth: (c.max_retries as usize + 2).max(4),
         }
@@ -443,6 +445,16 @@ impl Tracker {
     /// `tracker.max_retries`.
     pub fn max_retries(&self) -> u32 {
         self.params.max_retries
+    }
+
+    /// `tracker.reorder_window`, in nanoseconds.
+    pub fn reorder_window(&self) -> Nanos {
+        self.params.reorder_window
+    }
+
+    /// `tracker.max_held_spans`.
+    pub fn max_held_spans(&self) -> usize {
+        self.params.max_held_spans
     }
 
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else
