@@ -220,3 +220,47 @@ fn a_corrupt_line_is_reported_and_the_rest_counted() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The federation as its MCP server saw it (`examples/federation-server.jsonl`, recorded by
+/// `scripts/record-server-federation` from the official MCP Python SDK's server behind the
+/// ASGI instrumentation, the clients sending nothing): the same three stories as the client
+/// spans tell, and the one instrumented client's calls, exported by both sides, counted once.
+#[test]
+fn the_federation_from_the_servers_side_tells_the_same_stories() {
+    let recording = example("federation-server.jsonl");
+    let out = replay(
+        &["--format", "json", recording.to_str().expect("UTF-8")],
+        None,
+    );
+    let r = report(&out);
+    let prober = client(&r, "prober-agent/1.0");
+    assert_eq!(prober["attempts"], 22);
+    assert_eq!(prober["violations"]["retry_after_refusal"], 19);
+    assert_eq!(prober["violations"]["probe_after_refusal"], 2);
+    assert_eq!(prober["avoidable"], 19);
+    let assistant = client(&r, "assistant-agent/1.0");
+    assert_eq!(assistant["violations"]["retry_after_ambiguous"], 2);
+    assert_eq!(assistant["avoidable"], 2);
+    let planner = client(&r, "planner-agent/1.0");
+    assert_eq!(planner["violations"], serde_json::json!({}));
+    assert_eq!(planner["avoidable"], 0);
+    let careful = client(&r, "careful-agent");
+    assert_eq!(careful["attempts"], 2);
+    assert_eq!(r["total"]["avoidable"], 21);
+    let names: Vec<_> = r["clients"]
+        .as_array()
+        .expect("clients")
+        .iter()
+        .map(|c| c["client"].as_str().expect("a name").to_owned())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n == "careful-agent/1.0" || n == "unknown_client"),
+        "{names:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("federation-server.yaml"),
+        "says which configuration it used"
+    );
+}

@@ -7,9 +7,10 @@ planner:   initializes, gets -32601 for server/discover, and stops.
 prober:    reads the server card, then sends 22 POSTs to three undeclared paths.
 assistant: initializes, then calls an unknown tool three times.
 careful:   initializes and calls get_weather once. Instrumented when
-           OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set: the OpenTelemetry SDK and
-           opentelemetry-instrumentation-httpx export its CLIENT spans and propagate their
-           trace context, so the server's spans of the same calls are their children.
+           OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (or RECORD=FILE, for OTLP/JSON lines) is set:
+           the OpenTelemetry SDK and opentelemetry-instrumentation-httpx export its CLIENT
+           spans and propagate their trace context, so the server's spans of the same calls
+           are their children.
 """
 
 import os
@@ -19,7 +20,7 @@ import httpx
 
 story, base = sys.argv[1], sys.argv[2]
 provider = None
-if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("RECORD"):
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -27,7 +28,13 @@ if os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if os.environ.get("RECORD"):
+        from otlp_file import JsonLinesExporter
+
+        exporter = JsonLinesExporter(os.environ["RECORD"])
+    else:
+        exporter = OTLPSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     HTTPXClientInstrumentor().instrument()
 headers = {

@@ -4,9 +4,11 @@ default), behind the ASGI instrumentation, exporting its SERVER spans over OTLP/
     python mcp_server.py PORT
 
 OTEL_SERVICE_NAME and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT say who it is and where its spans
-go. It serves one tool, `get_weather`, and its server card at /.well-known/mcp.json.
+go; with RECORD=FILE they are appended to FILE as OTLP/JSON lines instead, as each ends. It
+serves one tool, `get_weather`, and its server card at /.well-known/mcp.json.
 """
 
+import os
 import sys
 
 import uvicorn
@@ -15,14 +17,19 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from starlette.responses import JSONResponse
 
 from mcp.server.mcpserver import MCPServer
 
 port = int(sys.argv[1])
 provider = TracerProvider(resource=Resource.create())
-provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+if os.environ.get("RECORD"):
+    from otlp_file import JsonLinesExporter
+
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(os.environ["RECORD"])))
+else:
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
 trace.set_tracer_provider(provider)
 
 mcp = MCPServer("weather")
