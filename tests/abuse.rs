@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{binary_config, spawn_binary, value};
+use common::{admin_metrics as metrics, binary_config, spawn_binary, value};
 use std::io::Write;
 use std::time::Duration;
 
@@ -18,15 +18,6 @@ fn peak_rss(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM");
     kib * 1024
-}
-
-async fn metrics(admin: u16) -> String {
-    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .expect("the admin port answers")
-        .text()
-        .await
-        .expect("a body")
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {

@@ -16,7 +16,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use common::{binary_config, spawn_binary, value};
+use common::{agent_python, binary_config, spawn_binary, value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -63,20 +63,6 @@ async fn quota(State(q): State<Quota>, Path(name): Path<String>) -> Response {
         HeaderValue::from_str(&header).expect("a header value"),
     );
     response
-}
-
-/// The Python of the agents' virtual environment, or `None` (skipping, or failing under the
-/// test command) when there is none.
-fn agent_python() -> Option<String> {
-    let python = std::env::var("REFUSAL_GATE_AGENT_PYTHON").ok();
-    if python.is_none() {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "REFUSAL_GATE_AGENT_PYTHON is not set; the README's test command sets it"
-        );
-        eprintln!("skipped: no agent virtual environment (the README's test command makes one)");
-    }
-    python
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

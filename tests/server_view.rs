@@ -12,34 +12,13 @@
 
 mod common;
 
-use common::{binary_config, free_port, spawn_binary, value};
+use common::{
+    admin_metrics as metrics, agent_python, binary_config, free_port, spawn_binary, value,
+};
 use std::time::Duration;
-
-/// The Python of the agents' virtual environment, or `None` (skipping, or failing under the
-/// test command) when there is none.
-fn agent_python() -> Option<String> {
-    let python = std::env::var("REFUSAL_GATE_AGENT_PYTHON").ok();
-    if python.is_none() {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "REFUSAL_GATE_AGENT_PYTHON is not set; the README's test command sets it"
-        );
-        eprintln!("skipped: no agent virtual environment (the README's test command makes one)");
-    }
-    python
-}
 
 fn script(name: &str) -> String {
     format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-async fn metrics(admin: u16) -> String {
-    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .expect("the admin port answers")
-        .text()
-        .await
-        .expect("a body")
 }
 
 /// Runs one federation story against the MCP server at `base`; `export` also instruments it.

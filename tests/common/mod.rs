@@ -190,6 +190,31 @@ pub fn external(binary: &str) -> bool {
     found
 }
 
+/// The Python of the agents' virtual environment (`tests/agents/requirements.txt`, made by
+/// the README's test command, which names it in `REFUSAL_GATE_AGENT_PYTHON`), or `None`:
+/// failing under the test command, skipping with a message otherwise.
+pub fn agent_python() -> Option<String> {
+    let python = std::env::var("REFUSAL_GATE_AGENT_PYTHON").ok();
+    if python.is_none() {
+        assert!(
+            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
+            "REFUSAL_GATE_AGENT_PYTHON is not set; the README's test command sets it"
+        );
+        eprintln!("skipped: no agent virtual environment (the README's test command makes one)");
+    }
+    python
+}
+
+/// A scrape of the binary's `/metrics` on admin port `admin`.
+pub async fn admin_metrics(admin: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("the admin port answers")
+        .text()
+        .await
+        .expect("a body")
+}
+
 /// Kills the child process when the test ends, however it ends.
 pub struct Reaper(pub std::process::Child);
 
