@@ -419,5 +419,21 @@ interfaces:
         assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 1);
     }
 
+    #[test]
+    fn a_server_span_counted_at_once_is_tagged_and_one_not_an_attempt_is_not() {
+        let p = pipeline();
+        let body = body(
+            "weather-mcp",
+            vec![mcp(2, 1, "initialize"), asgi(1, 0, "/mcp", "200")],
+        );
+        let mut tags = SpanTags::default();
+        let (summary, _) = p.ingest(Transport::Grpc, &body, 0, 1, Some(&mut tags));
+        assert_eq!(summary.accepted, 2);
+        let tagged = String::from_utf8_lossy(tags.get(0)).into_owned();
+        assert!(tagged.contains("refusal_gate.interface"), "{tagged}");
+        assert!(tagged.contains("weather"), "{tagged}");
+        assert!(tags.get(1).is_empty(), "the HTTP parent is not an attempt");
+    }
+
     const UNKNOWN_CLIENT_NAME: &str = crate::extract::UNKNOWN_CLIENT;
 }
