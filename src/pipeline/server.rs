@@ -80,23 +80,10 @@ impl Pipeline {
                 },
             )
             .collect();
-        // The HTTP spans of this resource by id, and which are the parent of a protocol span.
-        let http_parent = |a: &Attempt<'_>| {
-            read.iter().position(|x| {
-                x.as_ref().is_some_and(|(p, _)| {
-                    p.family == Family::Http
-                        && p.span_id == a.parent_span_id
-                        && p.trace_id == a.trace_id
-                })
-            })
-        };
+        let carriers = carriers(&read);
         let mut has_child = vec![false; read.len()];
-        for (attempt, _) in read.iter().flatten() {
-            if is_protocol(attempt) && !attempt.parent_span_id.is_empty() {
-                if let Some(p) = http_parent(attempt) {
-                    has_child[p] = true;
-                }
-            }
+        for &(p, _) in carriers.iter().flatten() {
+            has_child[p] = true;
         }
         let mut calls = self.calls();
         for (i, (s, x)) in spans.iter().zip(&read).enumerate() {
@@ -106,11 +93,8 @@ impl Pipeline {
                 self.metrics.span_skipped("same_call");
                 continue;
             }
-            let parent = is_protocol(attempt)
-                .then(|| http_parent(attempt))
-                .flatten()
-                .and_then(|p| read[p].as_ref());
-            let client = named.or_else(|| parent.and_then(|(_, c)| *c));
+            let parent = carriers[i].and_then(|(p, by_id)| Some((read[p].as_ref()?, by_id)));
+            let client = named.or_else(|| parent.and_then(|((_, c), _)| *c));
             if attempt.family == Family::Http {
                 // A protocol span held for this one, its HTTP parent: the call is the child's.
                 if let Some(child) = calls.take(&key(attempt.trace_id, attempt.span_id)) {
@@ -121,10 +105,13 @@ impl Pipeline {
                     continue;
                 }
             }
-            let next = match parent {
-                Some((p, _)) => next(attempt, client, p.parent_span_id, &calls),
-                None => next(attempt, client, attempt.parent_span_id, &calls),
+            // The span the call still waits for: the HTTP parent's parent (the client's span),
+            // or the span's own when its carrier is no parent of it.
+            let awaited = match parent {
+                Some(((p, _), true)) => p.parent_span_id,
+                _ => attempt.parent_span_id,
             };
+            let next = next(attempt, client, awaited, &calls);
             match next {
                 Next::SameCall => self.metrics.span_skipped("same_call"),
                 Next::Count(client) => {
@@ -268,6 +255,61 @@ impl Pipeline {
             });
         }
     }
+}
+
+/// Which HTTP server span of the same resource and export carries each protocol span, and
+/// whether it is the span's parent (`true`): its parent, in the same trace; else — for a
+/// protocol span that names no client and whose parent is not here, as when the MCP SDK
+/// parents its span to the client's own span (trace context propagated in `_meta`) — the one
+/// HTTP span whose time contains it, when it contains no other such span and no other
+/// contains it.
+fn carriers(read: &[Option<(Attempt<'_>, Option<Client<'_>>)>]) -> Vec<Option<(usize, bool)>> {
+    let http = |p: usize| read[p].as_ref().filter(|(a, _)| a.family == Family::Http);
+    let mut carriers: Vec<Option<(usize, bool)>> = read
+        .iter()
+        .map(|x| {
+            let (a, _) = x.as_ref().filter(|(a, _)| is_protocol(a))?;
+            if a.parent_span_id.is_empty() {
+                return None;
+            }
+            (0..read.len())
+                .find(|&p| {
+                    http(p).is_some_and(|(h, _)| {
+                        h.span_id == a.parent_span_id && h.trace_id == a.trace_id
+                    })
+                })
+                .map(|p| (p, true))
+        })
+        .collect();
+    let orphan = |i: usize, carriers: &[Option<(usize, bool)>]| {
+        carriers[i].is_none()
+            && read[i]
+                .as_ref()
+                .is_some_and(|(a, named)| is_protocol(a) && named.is_none())
+    };
+    let contains = |p: usize, i: usize| {
+        let (Some((h, _)), Some((a, _))) = (http(p), read[i].as_ref()) else {
+            return false;
+        };
+        h.start <= a.start && a.end <= h.end
+    };
+    let taken: Vec<bool> = (0..read.len())
+        .map(|p| carriers.iter().flatten().any(|&(c, _)| c == p))
+        .collect();
+    for i in 0..read.len() {
+        if !orphan(i, &carriers) {
+            continue;
+        }
+        let mut around = (0..read.len()).filter(|&p| !taken[p] && contains(p, i));
+        let (Some(p), None) = (around.next(), around.next()) else {
+            continue;
+        };
+        let alone = (0..read.len()).all(|j| j == i || !orphan(j, &carriers) || !contains(p, j));
+        if alone {
+            carriers[i] = Some((p, false));
+        }
+    }
+    carriers
 }
 
 /// Where an attempt goes when its call is known up to the span `awaited` (its parent, or its

@@ -435,5 +435,30 @@ interfaces:
         assert!(tags.get(1).is_empty(), "the HTTP parent is not an attempt");
     }
 
+    #[test]
+    fn an_mcp_span_parented_to_the_clients_own_span_is_paired_with_the_request_around_it() {
+        let p = pipeline();
+        let window = p.tracker().reorder_window();
+        // The client propagated its context in `_meta`: the MCP span is the child of the
+        // client's span 9, in the client's trace 8; the ASGI span stands alone in trace 7.
+        let mut child = mcp(2, 9, "initialize");
+        child.trace_id = vec![8; 16];
+        send(&p, "weather-mcp", vec![child, asgi(1, 0, "/mcp", "200")], 1);
+        // One call, held for the client's own span, which never comes; then the MCP span's,
+        // under the client the ASGI span names.
+        assert_eq!(p.calls().held(), 1);
+        p.sweep(window + 2);
+        assert_eq!(attempts(&p, "planner/1.0"), 1);
+        assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 0);
+        // Two such spans inside one request: which is which cannot be told; nothing is paired.
+        let (mut a, mut b) = (mcp(12, 19, "tools/list"), mcp(13, 19, "tools/list"));
+        a.trace_id = vec![8; 16];
+        b.trace_id = vec![9; 16];
+        send(&p, "weather-mcp", vec![a, b, asgi(11, 0, "/mcp", "200")], 3);
+        p.sweep(2 * window + 10);
+        assert_eq!(attempts(&p, "planner/1.0"), 2);
+        assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 2);
+    }
+
     const UNKNOWN_CLIENT_NAME: &str = crate::extract::UNKNOWN_CLIENT;
 }
