@@ -1,14 +1,18 @@
 //! The admin endpoint: `/metrics` (Prometheus text exposition), `/healthz`, `/readyz`,
-//! `/api/v1/alerts`. With `admin.auth` tokens, everything but the two probes requires one
-//! (401 otherwise: Prometheus sends it with `authorization: { credentials: … }`).
+//! `/api/v1/alerts`, and the console — its page on `/` and `/clients/{client}`, and the JSON
+//! it reads, `/api/v1/status` and `/api/v1/clients/{client}`. With `admin.auth` tokens,
+//! everything but the two probes and the page's own HTML, CSS and script (which hold no
+//! data, and ask for the token) requires one (401 otherwise: Prometheus sends it with
+//! `authorization: { credentials: … }`).
 //!
 //! Edge. A read of `/metrics` (or of `/api/v1/alerts`, the firing alerts) first settles every
 //! pending verdict, so it shows every attempt received before it, each counted once, and
 //! counters never go down.
 
 use crate::access::Tokens;
+use crate::console;
 use crate::pipeline::Pipeline;
-use axum::extract::{Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
@@ -21,19 +25,24 @@ use std::sync::Arc;
 struct Admin {
     pipeline: Arc<Pipeline>,
     ready: Arc<AtomicBool>,
+    trace_url: Option<Arc<str>>,
 }
 
 /// The admin router. `ready` is true while the receivers accept data; `tokens` guard
-/// everything but the probes; `stop` ends the Gate API's event streams.
+/// everything but the probes and the console's page; `stop` ends the Gate API's event
+/// streams; `trace_url` links alerts and attempts to their traces.
 pub fn router(
     pipeline: Arc<Pipeline>,
     ready: Arc<AtomicBool>,
     tokens: Arc<Tokens>,
     stop: tokio::sync::watch::Receiver<bool>,
+    trace_url: Option<String>,
 ) -> Router {
     let guarded = Router::new()
         .route("/metrics", get(metrics))
         .route("/api/v1/alerts", get(alerts))
+        .route("/api/v1/status", get(status))
+        .route("/api/v1/clients/{client}", get(client))
         .merge(crate::gate::http::routes(Arc::clone(&pipeline), stop).with_state(()))
         .route_layer(middleware::from_fn(move |request: Request, next: Next| {
             let tokens = Arc::clone(&tokens);
@@ -54,8 +63,69 @@ pub fn router(
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/", get(page))
+        .route("/clients/{client}", get(page))
+        .route("/console.css", get(|| asset("text/css", console::CSS)))
+        .route("/console.js", get(|| asset("text/javascript", console::JS)))
         .merge(guarded)
-        .with_state(Admin { pipeline, ready })
+        .with_state(Admin {
+            pipeline,
+            ready,
+            trace_url: trace_url.map(Arc::from),
+        })
+}
+
+/// The console's page: the same HTML for every view, which its script chooses by path.
+async fn page() -> impl IntoResponse {
+    asset("text/html; charset=utf-8", console::PAGE).await
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            // Everything the page uses is its own: nothing from elsewhere may run in it.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+            ),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+}
+
+/// `GET /api/v1/status`: the console's fleet (one page of it), alerts, interfaces and health.
+async fn status(
+    State(admin): State<Admin>,
+    Query(mut q): Query<console::FleetQuery>,
+) -> impl IntoResponse {
+    let now = crate::clock::now();
+    admin.pipeline.settle(true, now);
+    admin
+        .pipeline
+        .metrics()
+        .set_tracker_keys(admin.pipeline.tracker().keys());
+    q.limit = Some(q.limit.unwrap_or(50).min(console::MAX_LIMIT));
+    let body = console::status(&admin.pipeline, &q, now, admin.trace_url.as_deref());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+}
+
+/// `GET /api/v1/clients/{client}`: one client's figures and story; 404 for a client not
+/// known.
+async fn client(State(admin): State<Admin>, Path(name): Path<String>) -> axum::response::Response {
+    admin.pipeline.settle(true, crate::clock::now());
+    match console::client(&admin.pipeline, &name, admin.trace_url.as_deref()) {
+        Some(story) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            story.to_string(),
+        )
+            .into_response(),
+        None => (StatusCode::NOT_FOUND, format!("no client named {name}\n")).into_response(),
+    }
 }
 
 async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {

@@ -171,6 +171,9 @@ fn record_load(pipeline: &Pipeline, r: &LoadReport) {
     pipeline
         .metrics()
         .document_load(&r.interface, r.outcome.as_str());
+    pipeline
+        .catalog()
+        .record_load(r, crate::clock::now() / crate::clock::SECOND);
     match (r.outcome, &r.error) {
         (LoadOutcome::Loaded, _) => {
             tracing::info!(interface = %r.interface, source = %r.source, "Discovery document loaded.")
@@ -502,6 +505,7 @@ impl Server {
             Arc::clone(&ready),
             Arc::clone(&admin_tokens),
             admin_stop.clone(),
+            config.admin.ui.trace_url.clone(),
         );
         let mut admin = JoinSet::new();
         admin.spawn(supervisor.watch(

@@ -16,6 +16,7 @@ pub mod app;
 pub mod classify;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod discovery;
 pub mod export;
 pub mod extract;

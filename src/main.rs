@@ -46,6 +46,7 @@ enum Command {
 enum Format {
     Table,
     Json,
+    Html,
 }
 
 /// The configuration a recording comes with: `NAME.yaml` beside `NAME.jsonl[.gz]`.
@@ -125,7 +126,12 @@ fn main() -> ExitCode {
                 (given, _) => load(given.as_ref()),
             };
             config.and_then(|config| {
-                refusal_gate::replay::run(&config, &files, format == Format::Json).map(|_| ())
+                let output = match format {
+                    Format::Table => refusal_gate::replay::Output::Table,
+                    Format::Json => refusal_gate::replay::Output::Json,
+                    Format::Html => refusal_gate::replay::Output::Html,
+                };
+                refusal_gate::replay::run(&config, &files, output).map(|_| ())
             })
         }
         Command::Serve => load(cli.config.as_ref()).and_then(|config| {

@@ -40,6 +40,8 @@ struct Pair {
     violations: [OnceLock<IntCounter>; Violation::ALL.len()],
     discovery_reads: OnceLock<IntCounter>,
     honored: OnceLock<IntCounter>,
+    /// The coarse clock when it last committed a violation (0: never).
+    last_violation: AtomicU64,
 }
 
 /// Bits of a pair id that name its slot; the rest is the slot's generation.
@@ -90,6 +92,51 @@ pub struct ListenerMetrics {
     pub idle_timeout: IntCounter,
     /// `refusal_gate_tls_handshake_failures_total{listener}`, on a TLS listener.
     pub tls_failures: Option<IntCounter>,
+}
+
+/// What one (client, interface) pair has counted, by kind and by violation (indexed as
+/// [`Kind::ALL`] and [`Violation::ALL`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairFigures {
+    /// Its labels handle (the tracker's groups carry it).
+    pub labels: u32,
+    /// The `client` label.
+    pub client: Arc<str>,
+    /// The `interface` label.
+    pub interface: Arc<str>,
+    /// Attempts by kind.
+    pub attempts: [u64; Kind::ALL.len()],
+    /// Violations by kind.
+    pub violations: [u64; Violation::ALL.len()],
+    /// Discovery documents read.
+    pub reads: u64,
+    /// Refusals honored.
+    pub honored: u64,
+    /// Unix seconds (coarse) of its latest counted attempt.
+    pub last_seen: u64,
+    /// Unix seconds (coarse) of its latest violation; 0 when none.
+    pub last_violation: u64,
+}
+
+/// The receivers', tracker's and exporter's running totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    /// Spans accepted by both receivers.
+    pub accepted_spans: u64,
+    /// Spans refused (malformed spans, full queue).
+    pub refused_spans: u64,
+    /// Requests refused whole.
+    pub refused_requests: u64,
+    /// Keys the tracker holds.
+    pub tracker_keys: u64,
+    /// Keys evicted (TTL and capacity).
+    pub evictions: u64,
+    /// Spans waiting to be forwarded.
+    pub queue_spans: u64,
+    /// Bytes waiting to be forwarded.
+    pub queue_bytes: u64,
+    /// Spans forwarded.
+    pub forwarded_spans: u64,
 }
 
 /// All of refusal-gate's metrics.
@@ -447,6 +494,7 @@ impl Metrics {
             violations: Default::default(),
             discovery_reads: OnceLock::new(),
             honored: OnceLock::new(),
+            last_violation: AtomicU64::new(0),
         }));
         names.pairs.insert(key, id);
         id
@@ -570,6 +618,8 @@ impl Metrics {
                         })
                         .inc();
                     if let Some(v) = violation {
+                        p.last_violation
+                            .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                         p.violations[v as usize]
                             .get_or_init(|| self.violations.with_label_values(&[c, i, v.as_str()]))
                             .inc();
@@ -647,6 +697,50 @@ impl Metrics {
             "no_protocol" => self.skipped_by[1].inc_by(n),
             "duplicate" => self.skipped_by[2].inc_by(n),
             other => self.skipped.with_label_values(&[other]).inc_by(n),
+        }
+    }
+
+    /// What every live (client, interface) pair has counted: the console's fleet.
+    pub fn fleet(&self) -> Vec<PairFigures> {
+        let count = |c: &OnceLock<IntCounter>| c.get().map_or(0, IntCounter::get);
+        self.pairs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|slot| slot.pair.as_ref())
+            .map(|p| PairFigures {
+                labels: p.id,
+                client: Arc::clone(&p.client),
+                interface: Arc::clone(&p.interface),
+                attempts: std::array::from_fn(|k| count(&p.attempts[k])),
+                violations: std::array::from_fn(|v| count(&p.violations[v])),
+                reads: count(&p.discovery_reads),
+                honored: count(&p.honored),
+                last_seen: p.last_seen.load(Ordering::Relaxed),
+                last_violation: p.last_violation.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// The receivers', tracker's and exporter's figures the console shows.
+    pub fn health(&self) -> Health {
+        use prometheus::core::Collector;
+        let sum = |v: &IntCounterVec| -> u64 {
+            v.collect()
+                .iter()
+                .flat_map(|f| f.get_metric())
+                .map(|m| m.get_counter().get_value() as u64)
+                .sum()
+        };
+        Health {
+            accepted_spans: self.accepted_spans.iter().map(IntCounter::get).sum(),
+            refused_spans: sum(&self.refused_spans),
+            refused_requests: sum(&self.refused_requests),
+            tracker_keys: u64::try_from(self.tracker_keys.get()).unwrap_or(0),
+            evictions: sum(&self.evictions),
+            queue_spans: u64::try_from(self.exporter_queue.get()).unwrap_or(0),
+            queue_bytes: u64::try_from(self.exporter_queue_bytes.get()).unwrap_or(0),
+            forwarded_spans: self.exporter_sent.get(),
         }
     }
 

@@ -336,10 +336,16 @@ impl Replay {
 
     /// Settles everything and builds the report; returns it with the malformed lines.
     pub fn finish(self) -> (Report, Vec<BadLine>) {
+        let (report, bad, _, _) = self.finish_with_pipeline();
+        (report, bad)
+    }
+
+    /// As [`Replay::finish`], keeping the pipeline (for the HTML report's stories).
+    fn finish_with_pipeline(self) -> (Report, Vec<BadLine>, Pipeline, crate::clock::Nanos) {
         self.pipeline.finish(self.latest);
         let mut report = Report::from_metrics(self.pipeline.metrics());
         report.malformed_lines = self.malformed;
-        (report, self.bad)
+        (report, self.bad, self.pipeline, self.latest)
     }
 }
 
@@ -359,12 +365,23 @@ fn progress_bar(name: &str, size: Option<u64>) -> indicatif::ProgressBar {
     bar
 }
 
-/// The replay command: reads every file, prints the report (`table` or `json`) on standard
-/// output and the malformed lines on standard error.
+/// What `replay` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// The table.
+    Table,
+    /// The report as JSON.
+    Json,
+    /// One self-contained HTML page: the console's fleet and every client's story.
+    Html,
+}
+
+/// The replay command: reads every file, prints the report (a table, JSON, or an HTML page)
+/// on standard output and the malformed lines on standard error.
 ///
 /// # Errors
 /// When a file cannot be read.
-pub fn run(config: &Config, files: &[String], json: bool) -> anyhow::Result<Report> {
+pub fn run(config: &Config, files: &[String], output: Output) -> anyhow::Result<Report> {
     use anyhow::Context;
     let mut replay = Replay::new(config);
     let progress = std::io::stderr().is_terminal();
@@ -373,7 +390,7 @@ pub fn run(config: &Config, files: &[String], json: bool) -> anyhow::Result<Repo
             .read(file, progress)
             .with_context(|| format!("cannot read {file}"))?;
     }
-    let (report, bad) = replay.finish();
+    let (report, bad, pipeline, latest) = replay.finish_with_pipeline();
     for b in &bad {
         eprintln!("{}:{}: skipped: {}", b.file, b.line, b.error);
     }
@@ -383,10 +400,13 @@ pub fn run(config: &Config, files: &[String], json: bool) -> anyhow::Result<Repo
             report.malformed_lines - bad.len() as u64
         );
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.table());
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Table => print!("{}", report.table()),
+        Output::Html => {
+            let data = crate::console::report_data(&pipeline, latest, report.spans, files);
+            print!("{}", crate::console::report_html(&data));
+        }
     }
     Ok(report)
 }

@@ -293,6 +293,17 @@ pub struct Admin {
     pub idle_timeout: Duration,
     /// Serve TLS (and mTLS); absent: plain TCP.
     pub tls: Option<TlsConfig>,
+    /// The console on `/`.
+    pub ui: UiConfig,
+}
+
+/// `admin.ui`: the console.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// A trace's page in your tracing UI, `{trace_id}` replaced by the hex trace id, e.g.
+    /// `http://tempo:3200/trace/{trace_id}`: alerts and attempts link to it. None: no links.
+    pub trace_url: Option<String>,
 }
 
 impl Default for Admin {
@@ -305,6 +316,7 @@ impl Default for Admin {
             read_timeout: DEFAULT_READ_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             tls: None,
+            ui: UiConfig::default(),
         }
     }
 }
@@ -321,6 +333,18 @@ pub enum Protocol {
     Http,
     /// gRPC.
     Grpc,
+}
+
+impl Protocol {
+    /// Its configuration name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Mcp => "mcp",
+            Protocol::A2a => "a2a",
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+        }
+    }
 }
 
 /// One `interfaces[]` entry.

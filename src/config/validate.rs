@@ -134,6 +134,14 @@ impl Config {
                 );
             }
         }
+        if let Some(url) = &self.admin.ui.trace_url {
+            if !url.contains("{trace_id}") {
+                return invalid(
+                    "admin.ui.trace_url".into(),
+                    "must contain {trace_id}, where the trace's id goes",
+                );
+            }
+        }
         let mut names = std::collections::HashSet::new();
         let mut observed = std::collections::HashSet::new();
         for (i, interface) in self.interfaces.iter().enumerate() {

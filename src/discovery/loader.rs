@@ -77,6 +77,8 @@ pub struct LoadReport {
 pub struct Catalog {
     current: RwLock<Arc<Interfaces>>,
     state: Mutex<State>,
+    /// Each interface's latest document load and when (Unix seconds): for the console.
+    loads: Mutex<HashMap<String, (LoadReport, u64)>>,
 }
 
 #[derive(Default)]
@@ -102,7 +104,25 @@ impl Catalog {
         Catalog {
             current: RwLock::new(Arc::new(state.build())),
             state: Mutex::new(state),
+            loads: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Keeps `report` as its interface's latest document load, made at `at` (Unix seconds).
+    pub fn record_load(&self, report: &LoadReport, at: u64) {
+        self.loads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(report.interface.clone(), (report.clone(), at));
+    }
+
+    /// The latest document load of `interface` and when it was made, if any.
+    pub fn last_load(&self, interface: &str) -> Option<(LoadReport, u64)> {
+        self.loads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(interface)
+            .cloned()
     }
 
     /// The registry in force.

@@ -70,10 +70,12 @@ pub struct Interface {
     pub protocol: Protocol,
     /// The (origin, base path) pairs it serves from: its URL's, then its document's.
     pub bases: Vec<(String, String)>,
+    /// The paths it declares: its configuration's, then its document's.
+    pub paths: Vec<String>,
     endpoints: Vec<Endpoint>,
     discovery_paths: Vec<String>,
     /// Where a SERVER span names its client, when the interface is observed from its side.
-    client_from: Option<Vec<String>>,
+    pub client_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +223,7 @@ impl Interfaces {
                 name: config.name.clone(),
                 protocol: config.protocol,
                 bases,
+                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
                 endpoints,
                 discovery_paths,
                 client_from: config.server.as_ref().map(|s| s.client_from.clone()),
@@ -302,6 +305,11 @@ impl Interfaces {
             InterfaceRef::Configured(i) => self.list[i].client_from.as_deref(),
             _ => None,
         }
+    }
+
+    /// Every configured interface, in configuration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Interface> {
+        self.list.iter()
     }
 
     /// Whether any interface is observed from its side.

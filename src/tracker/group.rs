@@ -335,6 +335,44 @@ impl Group {
     }
 
     /// Whether the group has pending attempts.
+    /// What the group keeps of each operation's recent attempts, oldest first: a client's
+    /// story as the console tells it.
+    pub(super) fn history(&self) -> super::GroupHistory {
+        let mut operations: Vec<super::OperationHistory> = self
+            .keys
+            .values()
+            .map(|key| super::OperationHistory {
+                operation: key.operation.to_string(),
+                attempts: key
+                    .history
+                    .iter()
+                    .map(|e| super::Recent {
+                        start: e.start,
+                        end: e.end,
+                        kind: e.kind,
+                        violation: e.violation,
+                        attempt: e.attempt,
+                        read: e.has(READ),
+                        asked: e.has(ASKED),
+                        settled: e.has(SETTLED),
+                        trace_id: e.trace_id,
+                    })
+                    .collect(),
+            })
+            .collect();
+        operations.sort_by_key(|o| o.attempts.first().map_or(0, |a| a.start));
+        super::GroupHistory {
+            labels: self.labels,
+            first_read: self.lists.first_read,
+            operations,
+        }
+    }
+
+    /// The group's labels handle.
+    pub(super) fn labels(&self) -> u32 {
+        self.labels
+    }
+
     pub(super) fn has_pending(&self) -> bool {
         self.pending > 0
     }

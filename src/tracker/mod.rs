@@ -154,6 +154,49 @@ pub struct Peek {
     pub last: Option<(Kind, u32)>,
 }
 
+/// One attempt a key keeps, as the console shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recent {
+    /// Start, Unix nanoseconds.
+    pub start: Nanos,
+    /// End, Unix nanoseconds.
+    pub end: Nanos,
+    /// Its kind as judged so far (final once `settled`).
+    pub kind: Kind,
+    /// The violation it commits, if any.
+    pub violation: Option<Violation>,
+    /// Its number in its row of failures.
+    pub attempt: u16,
+    /// The client had read the interface's discovery document when it started.
+    pub read: bool,
+    /// It asked for the discovery document itself.
+    pub asked: bool,
+    /// Its verdict is final and counted.
+    pub settled: bool,
+    /// Its span's trace id.
+    pub trace_id: [u8; 16],
+}
+
+/// One operation's recent attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationHistory {
+    /// The operation, as alerts name it.
+    pub operation: String,
+    /// Its attempts the key keeps, oldest first.
+    pub attempts: Vec<Recent>,
+}
+
+/// What the tracker keeps of one client instance on one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupHistory {
+    /// The group's labels handle (its client and interface names, to the caller).
+    pub labels: u32,
+    /// When the client first read the interface's discovery document, if it has.
+    pub first_read: Option<Nanos>,
+    /// Its operations, in the order they were first tried.
+    pub operations: Vec<OperationHistory>,
+}
+
 /// Why keys left the tracker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Eviction {
@@ -440,6 +483,23 @@ impl Tracker {
             .get(group)
             .map(|g| g.peek(operation, at))
             .unwrap_or_default()
+    }
+
+    /// What the tracker keeps of every group whose labels handle `wanted` accepts: a
+    /// client's story. One pass over every shard, each locked in turn.
+    pub fn histories(&self, mut wanted: impl FnMut(u32) -> bool) -> Vec<GroupHistory> {
+        let mut out = Vec::new();
+        for shard in &self.shards {
+            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            out.extend(
+                shard
+                    .groups
+                    .values()
+                    .filter(|g| wanted(g.labels()))
+                    .map(Group::history),
+            );
+        }
+        out
     }
 
     /// `tracker.max_retries`.

@@ -1,0 +1,325 @@
+//! The console in a real browser: Debian's `chromium`, headless, loads the page from the
+//! binary's admin port after DESIGN §1's federation was sent to it, and the report
+//! `replay --format html` writes, from disk; the tests read the DOM the page's script built
+//! (`--dump-dom`), as a person would read the page, and save screenshots in
+//! `target/console/` to look at. A token-guarded console shows its token form and its API
+//! refuses without the token. At the label caps (1,000 clients × 10 interfaces), the API's
+//! page and the page's load are measured and printed (`--nocapture`), not asserted.
+//!
+//! The README's test command installs `chromium`; without it, plain `cargo test` skips.
+
+mod common;
+
+use common::{binary_config, external, free_port, spawn_binary};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("refusal-gate-console-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+/// Where screenshots go: `target/console/`.
+fn shots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console");
+    std::fs::create_dir_all(&dir).expect("target/console");
+    dir
+}
+
+/// Headless Chromium on `url`, with a profile of its own in `dir`: the DOM once the page's
+/// script has run (its fetches answered within the virtual time budget).
+fn chromium(dir: &Path, args: &[&str], url: &str) -> std::process::Output {
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1400,1100",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn dom(dir: &Path, url: &str) -> String {
+    String::from_utf8(chromium(dir, &["--dump-dom"], url).stdout).expect("UTF-8")
+}
+
+fn screenshot(dir: &Path, url: &str, name: &str) {
+    let path = shots().join(name);
+    chromium(dir, &[&format!("--screenshot={}", path.display())], url);
+    assert!(path.exists(), "{} was saved", path.display());
+}
+
+/// Sends every line of a recording (OTLP/JSON export requests) to the OTLP/HTTP receiver.
+async fn send_recording(http: u16, recording: &Path) {
+    let client = reqwest::Client::new();
+    for line in std::fs::read_to_string(recording)
+        .expect("the recording")
+        .lines()
+    {
+        let answer = client
+            .post(format!("http://127.0.0.1:{http}/v1/traces"))
+            .header("content-type", "application/json")
+            .body(line.to_owned())
+            .send()
+            .await
+            .expect("the receiver answers");
+        assert_eq!(answer.status(), 200);
+    }
+}
+
+/// The rows of the fleet table, in order: (client, avoidable).
+fn fleet_rows(dom: &str) -> Vec<(String, u64)> {
+    dom.split("<tr data-client=\"")
+        .skip(1)
+        .map(|row| {
+            let client = row.split('"').next().unwrap_or_default().to_owned();
+            let avoidable = row
+                .split("data-avoidable=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(u64::MAX);
+            (client, avoidable)
+        })
+        .collect()
+}
+
+/// What a person reads on the fleet page and on prober-agent's story, wherever they come from.
+fn assert_federation(fleet: &str, story: &str) {
+    let rows = fleet_rows(fleet);
+    assert_eq!(
+        rows.first(),
+        Some(&("prober-agent".to_owned(), 19)),
+        "prober-agent first, 19 avoidable: {rows:?}"
+    );
+    assert!(
+        rows.contains(&("assistant-agent".to_owned(), 2)),
+        "{rows:?}"
+    );
+    assert!(fleet.contains("id=\"top-chart\""), "the bar chart is drawn");
+    assert!(
+        fleet.contains("data-alert=\"RetryAfterAuthoritativeRefusal\""),
+        "the alert is listed"
+    );
+    assert!(story.contains("<h1 id=\"story-client\">prober-agent</h1>"));
+    assert!(
+        story.contains("<h3>POST /mcp/mcp</h3>"),
+        "the story names the operation"
+    );
+    assert!(
+        story.contains("retried <code>POST /mcp/mcp</code>")
+            && story.contains("after an authoritative 404"),
+        "and its retries after the refusal"
+    );
+    assert!(story.contains("data-violation=\"retry_after_refusal\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_console_tells_the_federations_story_in_a_browser() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("live");
+    let (config, ports) = binary_config(
+        &dir,
+        "console",
+        &std::fs::read_to_string(example("federation.yaml")).expect("the interfaces"),
+    );
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    send_recording(ports.http, &example("federation.jsonl")).await;
+
+    let base = format!("http://127.0.0.1:{}", ports.admin);
+    let fleet = dom(&dir, &format!("{base}/"));
+    let story = dom(&dir, &format!("{base}/clients/prober-agent"));
+    assert_federation(&fleet, &story);
+    screenshot(&dir, &format!("{base}/"), "fleet.png");
+    screenshot(&dir, &format!("{base}/clients/prober-agent"), "story.png");
+
+    // The JSON the page reads, as scripts read it.
+    let status = reqwest::get(format!("{base}/api/v1/status?limit=1"))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("a body");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(status["fleet"]["rows"]["total"], 3);
+    assert_eq!(status["fleet"]["rows"]["rows"][0]["client"], "prober-agent");
+    assert_eq!(status["fleet"]["top"][0]["avoidable"], 19);
+    let missing = reqwest::get(format!("{base}/api/v1/clients/nobody"))
+        .await
+        .expect("answers");
+    assert_eq!(missing.status(), 404);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_guarded_console_asks_for_the_token_and_its_api_refuses_without_it() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("token");
+    let (grpc, http, admin) = (free_port(), free_port(), free_port());
+    let config = dir.join("guarded.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:{grpc} }}
+    http: {{ endpoint: 127.0.0.1:{http} }}
+admin:
+  endpoint: 127.0.0.1:{admin}
+  auth: {{ tokens: [s3cret] }}
+"
+        ),
+    )
+    .expect("the configuration is written");
+    let _gate = spawn_binary(&config, admin, std::process::Stdio::null()).await;
+    let base = format!("http://127.0.0.1:{admin}");
+
+    let page = dom(&dir, &format!("{base}/"));
+    assert!(
+        page.contains("A bearer token is required"),
+        "the page asks for the token"
+    );
+    assert!(!page.contains("id=\"fleet\""), "and shows no data");
+    screenshot(&dir, &format!("{base}/"), "token.png");
+    let client = reqwest::Client::new();
+    for path in ["/api/v1/status", "/api/v1/clients/prober-agent", "/metrics"] {
+        let refused = client
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(refused.status(), 401, "{path}");
+    }
+    let admitted = client
+        .get(format!("{base}/api/v1/status"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(admitted.status(), 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_replay_report_tells_the_same_story_from_disk() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("report");
+    let out = Command::new(BIN)
+        .args(["replay", "--format", "html"])
+        .arg(example("federation.jsonl"))
+        .output()
+        .expect("replay runs");
+    assert!(out.status.success());
+    let html = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "nothing is fetched"
+    );
+    let report = dir.join("report.html");
+    std::fs::write(&report, &html).expect("the report is written");
+    let url = format!("file://{}", report.display());
+    let fleet = dom(&dir, &url);
+    let story = dom(&dir, &format!("{url}#/clients/prober-agent"));
+    assert_federation(&fleet, &story);
+    screenshot(&dir, &url, "report.png");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_label_caps_the_page_stays_small_and_its_load_is_measured() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("caps");
+    let (config, ports) = binary_config(&dir, "caps", "");
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    // 1,000 clients × 10 interfaces (origins): 10,000 pairs, the default max_series.
+    let client = reqwest::Client::new();
+    for c in 0..1000u64 {
+        let spans = (0..10u64)
+            .map(|i| {
+                let mut s = common::http_span(
+                    i,
+                    "POST",
+                    &format!("http://api-{i}.test/items"),
+                    if c % 3 == 0 { 404 } else { 200 },
+                );
+                s.span_id = (c * 100 + i + 1).to_be_bytes().to_vec();
+                s
+            })
+            .collect();
+        let answer = client
+            .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
+            .header("content-type", "application/x-protobuf")
+            .body(common::export(&format!("agent-{c:04}"), spans))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+    }
+    let base = format!("http://127.0.0.1:{}", ports.admin);
+    let started = Instant::now();
+    let status = reqwest::get(format!("{base}/api/v1/status"))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("a body");
+    let api = started.elapsed();
+    let json: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    assert_eq!(json["fleet"]["rows"]["total"], 10_000);
+    assert_eq!(
+        json["fleet"]["rows"]["rows"].as_array().map(Vec::len),
+        Some(50),
+        "one page"
+    );
+    let started = Instant::now();
+    let page = dom(&dir, &format!("{base}/"));
+    let load = started.elapsed();
+    assert_eq!(fleet_rows(&page).len(), 50);
+    // The page notes when its first view was on screen (performance.now(), from navigation).
+    let shown = page
+        .split("data-shown-ms=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or("?");
+    eprintln!(
+        "console at 1,000 clients x 10 interfaces: /api/v1/status {} KiB in {api:?}; \
+         the page's first view on screen {shown} ms after navigation; headless chromium \
+         start to exit {load:?}",
+        status.len() / 1024
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
