@@ -5,7 +5,7 @@
 //! The contract is DESIGN.md. A request's bytes reach [`pipeline::Pipeline::handle`] from a
 //! [`receiver`]; spans are read in place ([`otlp`]), then [`extract`] (pure) → [`classify`]
 //! (pure) → [`tracker`] (state) → [`metrics`], [`alert`] and, when forwarding, [`export`].
-//! The README's Layout section draws the layers of the modules; `tests/layers.rs` keeps them.
+//! `docs/layout.md` draws the layers of the modules; `tests/layers.rs` keeps them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

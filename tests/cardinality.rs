@@ -17,7 +17,7 @@ const SPANS: u64 = 1_000_000;
 const BATCH: u64 = 2_000;
 const MAX_KEYS: usize = 100_000;
 const MAX_CLIENTS: usize = 100;
-/// The documented bound (README, "Hostile cardinality"): with `max_keys: 100000`, the
+/// The documented bound (docs/operations.md, "Hostile cardinality"): with `max_keys: 100000`, the
 /// server's resident memory stays under this however many new clients arrive.
 const RSS_BOUND_MIB: u64 = 256;
 

@@ -1,5 +1,5 @@
 //! The layers of `src/`: its top-level modules (a folder counts as one) use each other
-//! without a cycle, and exactly as the README's Layout section draws them — each module uses
+//! without a cycle, and exactly as `docs/layout.md` draws them — each module uses
 //! only modules drawn below it. The uses are the `crate::` paths outside comments.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -121,12 +121,14 @@ fn uses() -> BTreeMap<(String, String), String> {
     out
 }
 
-/// The layers the README draws, top first: each a set of module names.
+/// The layers `docs/layout.md` draws, top first: each a set of module names.
 fn drawn_layers() -> Vec<BTreeSet<String>> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("the README");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/layout.md"))
+        .expect("docs/layout.md");
     let marker = "Layers of `src/`, top to bottom";
-    let after = &readme[readme.find(marker).expect("the README draws the layers")..];
+    let after = &readme[readme
+        .find(marker)
+        .expect("docs/layout.md draws the layers")..];
     let block = after
         .split("```")
         .nth(1)
@@ -164,7 +166,7 @@ fn modules_use_only_the_layers_below_them_as_the_readme_draws_them() {
         .collect();
     assert!(
         undrawn.is_empty(),
-        "modules the README does not draw: {undrawn:?}"
+        "modules docs/layout.md does not draw: {undrawn:?}"
     );
     let upward: Vec<String> = uses
         .iter()
