@@ -216,3 +216,75 @@ fn the_configuration_page_documents_exactly_the_keys_default_config_prints() {
         "in default-config but not documented: {undocumented:?}"
     );
 }
+
+/// The code in a page: its fenced blocks' lines and its inline code spans.
+fn code(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            out.push(line.to_owned());
+        } else {
+            out.extend(line.split('`').skip(1).step_by(2).map(str::to_owned));
+        }
+    }
+    out
+}
+
+fn help(command: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+        .args(command)
+        .arg("--help")
+        .output()
+        .expect("the binary runs");
+    assert!(out.status.success(), "{command:?} --help");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn every_command_the_pages_show_is_one_the_binary_takes() {
+    const COMMANDS: [&str; 4] = ["serve", "validate", "default-config", "replay"];
+    let mut wrong = Vec::new();
+    let mut seen = 0;
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).expect("a page");
+        for snippet in code(&text) {
+            let Some(at) = snippet.find("refusal-gate ") else {
+                continue;
+            };
+            let words: Vec<&str> = snippet[at + "refusal-gate ".len()..]
+                .split_whitespace()
+                .map(|w| w.trim_matches(|c| c == '[' || c == ']'))
+                .collect();
+            let Some(command) = words.first().filter(|w| COMMANDS.contains(w)) else {
+                continue;
+            };
+            seen += 1;
+            let help = help(&[command]);
+            for (i, word) in words.iter().enumerate() {
+                if !word.starts_with("--") {
+                    continue;
+                }
+                if !help.contains(word) {
+                    wrong.push(format!("{}: `{snippet}`: {word}", page.display()));
+                }
+                // `--format table|json|html`: each value one the command takes.
+                if let Some(values) = words.get(i + 1).filter(|v| v.contains('|')) {
+                    for value in values.split('|') {
+                        if !help.contains(&format!("{value},"))
+                            && !help.contains(&format!("{value}]"))
+                        {
+                            wrong.push(format!("{}: `{snippet}`: {word} {value}", page.display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(seen >= 5, "only {seen} commands found");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
