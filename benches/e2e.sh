@@ -6,7 +6,7 @@
 # latency at half of the maximum rate.
 #   benches/e2e.sh [SECONDS [LOADGEN OPTIONS...]]   (default 10 seconds a run)
 # e.g. `benches/e2e.sh 5 --clients 16` for a fleet whose tracker state stays in the cache.
-# With FORWARD=gzip (or none) the server forwards every span it tags over OTLP/HTTP, with that
+# With FORWARD=gzip (or zstd, or none) the server forwards every span it tags over OTLP/HTTP, with that
 # compression, to a sink that drops them (examples/sink.rs, on the load generator's core).
 #
 # Every run gets a fresh server: the load generator's span times start over each run, and a

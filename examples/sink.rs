@@ -1,6 +1,6 @@
 //! An OTLP/HTTP sink for the forwarding benchmark: accepts every `POST /v1/traces` with an
 //! empty `ExportTraceServiceResponse` and drops it, reading nothing of the spans, so that the
-//! next hop costs as little as it can (`benches/e2e.sh` with `FORWARD=gzip|none`).
+//! next hop costs as little as it can (`benches/e2e.sh` with `FORWARD=gzip|zstd|none`).
 //!
 //!     cargo run --release --example sink -- 127.0.0.1:4319
 //!

@@ -70,14 +70,15 @@ impl Sink {
 }
 
 /// Serves a `TraceService` on a free port. Like a Collector, it accepts gzip
-/// (refusal-gate's default compression).
+/// (refusal-gate's default compression) and zstd.
 async fn serve<S: TraceService>(service: S) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
     let addr = listener.local_addr().expect("an address");
-    let service =
-        TraceServiceServer::new(service).accept_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let service = TraceServiceServer::new(service)
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .accept_compressed(tonic::codec::CompressionEncoding::Zstd);
     tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(service)
@@ -615,4 +616,33 @@ async fn a_full_queue_pushes_back_with_a_retry_hint() {
         5.0
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_forwarding_crosses_gates_over_http_and_grpc() {
+    let dir = temp_dir("zstd");
+    let (sink_addr, sink) = start_sink().await;
+    // B → sink over gRPC, zstd; A → B's OTLP/HTTP receiver, zstd.
+    let b = gate(
+        ports(),
+        &format!("{{ endpoint: 'http://{sink_addr}', batch_interval: 50ms, compression: zstd }}"),
+        &dir,
+        "b",
+    );
+    let a = gate(
+        ports(),
+        &format!(
+            "{{ endpoint: 'http://127.0.0.1:{}', protocol: http/protobuf, batch_interval: 50ms, compression: zstd }}",
+            b.http
+        ),
+        &dir,
+        "a",
+    );
+    let sent = rich_request("zstd-agent", 0);
+    assert_eq!(post(a.http, sent.encode_to_vec()).await.status(), 200);
+    wait_for_spans(&sink, 4, "A → B → sink, zstd both legs").await;
+    let got = sink.spans();
+    for original in &sent.resource_spans[0].scope_spans[0].spans {
+        assert!(got.contains_key(&original.span_id), "every span arrives");
+    }
 }

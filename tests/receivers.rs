@@ -653,3 +653,88 @@ async fn health_and_readiness() {
     }
     server.shutdown().await;
 }
+
+/// zstd both ways in: the Rust SDK's own exporters with zstd compression get through on both
+/// receivers, and a zstd bomb is refused as a gzip one is — 413 / `RESOURCE_EXHAUSTED` —
+/// having inflated no more than one byte past the limit; a corrupt one is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zstd_is_read_on_both_receivers_and_a_zstd_bomb_is_refused() {
+    use opentelemetry_otlp::{WithHttpConfig, WithTonicConfig};
+    let server = start(&CONFIG.replace(
+        "grpc: { endpoint: 127.0.0.1:0 }",
+        "grpc: { endpoint: 127.0.0.1:0, max_recv_msg_size_mib: 1 }",
+    ))
+    .await;
+    let grpc = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(format!("http://{}", server.bound.grpc))
+        .with_compression(opentelemetry_otlp::Compression::Zstd)
+        .build()
+        .expect("the exporter builds");
+    assert!(common::sdk_export(grpc, "zstd-grpc").await, "gRPC, zstd");
+    let http = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(format!("http://{}/v1/traces", server.bound.http))
+        .with_compression(opentelemetry_otlp::Compression::Zstd)
+        .build()
+        .expect("the exporter builds");
+    assert!(common::sdk_export(http, "zstd-http").await, "HTTP, zstd");
+
+    // 64 MiB of zeros, a few KiB compressed: over the HTTP limit once inflated.
+    let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 19).expect("compressed");
+    assert!(bomb.len() < 64 << 10, "{} bytes", bomb.len());
+    let url = format!("http://{}/v1/traces", server.bound.http);
+    let c = reqwest::Client::new();
+    let send = |body: Vec<u8>| {
+        c.post(&url)
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "zstd")
+            .body(body)
+            .send()
+    };
+    assert_eq!(send(bomb).await.expect("answers").status(), 413);
+    assert_eq!(
+        send(b"\x28\xb5\x2f\xfd nope".to_vec())
+            .await
+            .expect("answers")
+            .status(),
+        400
+    );
+    // gRPC: 16 MiB of zeros, zstd-compressed by tonic, against a 1 MiB limit.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.bound.grpc))
+        .expect("a valid URI")
+        .connect()
+        .await
+        .expect("connects");
+    let mut client =
+        tonic::client::Grpc::new(channel).send_compressed(tonic::codec::CompressionEncoding::Zstd);
+    client.ready().await.expect("ready");
+    let e = client
+        .unary(
+            tonic::Request::new(bytes::Bytes::from(vec![0u8; 16 << 20])),
+            tonic::codegen::http::uri::PathAndQuery::from_static(refusal_gate::export::EXPORT_PATH),
+            refusal_gate::export::RawCodec,
+        )
+        .await
+        .expect_err("a zstd bomb");
+    assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e}");
+
+    let m = scrape(&server.bound).await;
+    for client in ["zstd-grpc", "zstd-http"] {
+        assert_eq!(
+            value(&m, "refusal_gate_attempts_total", &[("client", client)]),
+            1.0,
+            "{client}"
+        );
+    }
+    let refused = |reason| {
+        value(
+            &m,
+            "refusal_gate_receiver_refused_requests_total",
+            &[("transport", "http"), ("reason", reason)],
+        )
+    };
+    assert_eq!(refused("too_large"), 1.0);
+    assert_eq!(refused("bad_zstd"), 1.0);
+}

@@ -570,6 +570,8 @@ pub enum OnFull {
 pub enum Compression {
     /// gzip.
     Gzip,
+    /// zstd.
+    Zstd,
     /// None.
     None,
 }
@@ -617,11 +619,6 @@ pub struct OtlpExporterConfig {
 }
 
 impl OtlpExporterConfig {
-    /// Whether requests are gzip-compressed.
-    pub fn gzip(&self) -> bool {
-        self.compression == Compression::Gzip
-    }
-
     /// `queue_size_mib` in bytes.
     pub fn queue_bytes(&self) -> usize {
         mib(self.queue_size_mib)

@@ -29,6 +29,9 @@ pub enum IngestError {
     /// The gzip stream is corrupt.
     #[error("invalid gzip body: {0}")]
     BadGzip(String),
+    /// The zstd stream is corrupt.
+    #[error("invalid zstd body: {0}")]
+    BadZstd(String),
     /// No valid bearer token.
     #[error("missing or invalid bearer token")]
     Unauthenticated,
@@ -84,6 +87,7 @@ impl IngestError {
             IngestError::UnsupportedMediaType(_) => "unsupported_media_type",
             IngestError::UnsupportedEncoding(_) => "unsupported_encoding",
             IngestError::BadGzip(_) => "bad_gzip",
+            IngestError::BadZstd(_) => "bad_zstd",
             IngestError::Overloaded { .. } => "queue_full",
             IngestError::ExceedsQueue { .. } => "exceeds_queue",
             IngestError::Unauthenticated => "unauthenticated",
@@ -97,6 +101,7 @@ impl IngestError {
         match self {
             IngestError::Malformed { .. }
             | IngestError::BadGzip(_)
+            | IngestError::BadZstd(_)
             | IngestError::ExceedsQueue { .. } => 400,
             IngestError::TooLarge { .. } => 413,
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,

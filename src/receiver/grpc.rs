@@ -1,6 +1,6 @@
 //! The OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export`.
 //!
-//! Edge. tonic frames, decompresses (gzip) and limits the message; a codec of our own hands
+//! Edge. tonic frames, decompresses (gzip, zstd) and limits the message; a codec of our own hands
 //! the raw message bytes to [`crate::pipeline::Pipeline::handle`] instead of decoding them
 //! with prost, so gRPC and HTTP reach the same reader and one broken span does not fail its
 //! request.
@@ -211,6 +211,7 @@ where
             }
             let mut accept = EnabledCompressionEncodings::default();
             accept.enable(CompressionEncoding::Gzip);
+            accept.enable(CompressionEncoding::Zstd);
             let mut grpc = Grpc::new(RawCodec)
                 .apply_compression_config(accept, EnabledCompressionEncodings::default())
                 .apply_max_message_size_config(Some(limit), None);

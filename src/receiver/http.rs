@@ -1,4 +1,4 @@
-//! The OTLP/HTTP receiver: `POST /v1/traces`, protobuf or JSON, gzip or not.
+//! The OTLP/HTTP receiver: `POST /v1/traces`, protobuf or JSON, gzip, zstd or neither.
 //!
 //! Edge. It checks method, media type and encoding, reads the body up to the limit (and
 //! inflates gzip up to the same limit, so a small bomb never grows past it in memory), and
@@ -143,16 +143,25 @@ fn media_type(headers: &HeaderMap) -> Result<Encoding, IngestError> {
     }
 }
 
-/// Reads the body within `limit`, inflating gzip within the same limit.
+/// A body's `Content-Encoding`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Compressed {
+    No,
+    Gzip,
+    Zstd,
+}
+
+/// Reads the body within `limit`, inflating gzip or zstd within the same limit.
 async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError> {
-    let gzip = match request
+    let compressed = match request
         .headers()
         .get(header::CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
     {
-        None => false,
-        Some(e) if e.is_empty() || e == "identity" => false,
-        Some(e) if e == "gzip" => true,
+        None => Compressed::No,
+        Some(e) if e.is_empty() || e == "identity" => Compressed::No,
+        Some(e) if e == "gzip" => Compressed::Gzip,
+        Some(e) if e == "zstd" => Compressed::Zstd,
         Some(e) => return Err(IngestError::UnsupportedEncoding(e)),
     };
     let declared = request
@@ -187,17 +196,21 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
         }
     }
     let body = collected.freeze();
-    if !gzip {
-        return Ok(body);
-    }
     let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
-    let read = flate2::read::GzDecoder::new(&body[..])
-        .take(limit as u64 + 1)
-        .read_to_end(&mut inflated);
-    match read {
-        Err(e) => Err(IngestError::BadGzip(e.to_string())),
-        Ok(n) if n > limit => Err(IngestError::TooLarge { limit }),
-        Ok(_) => Ok(Bytes::from(inflated)),
+    // Never more than one byte past the limit is inflated: a bomb stops there.
+    let read = match compressed {
+        Compressed::No => return Ok(body),
+        Compressed::Gzip => flate2::read::GzDecoder::new(&body[..])
+            .take(limit as u64 + 1)
+            .read_to_end(&mut inflated)
+            .map_err(|e| IngestError::BadGzip(e.to_string())),
+        Compressed::Zstd => zstd::stream::read::Decoder::with_buffer(&body[..])
+            .and_then(|d| d.take(limit as u64 + 1).read_to_end(&mut inflated))
+            .map_err(|e| IngestError::BadZstd(e.to_string())),
+    };
+    match read? {
+        n if n > limit => Err(IngestError::TooLarge { limit }),
+        _ => Ok(Bytes::from(inflated)),
     }
 }
 
