@@ -165,6 +165,11 @@ impl Exporter {
         self.wake.notify_one();
     }
 
+    /// Whether what is queued fills a batch.
+    fn batch_full(&self) -> bool {
+        self.queued() >= self.config.batch_size || self.queued_bytes() >= self.config.batch_bytes()
+    }
+
     /// Gives back room reserved for spans and bytes that were not queued after all.
     pub fn release(&self, spans: usize, bytes: usize) {
         self.reserved.fetch_sub(spans, Ordering::AcqRel);
@@ -237,11 +242,10 @@ impl Exporter {
                     tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
                 continue;
             }
-            if self.queued() < self.config.batch_size
-                && self.queued_bytes() < self.config.batch_bytes()
-                && !self.stopping.load(Ordering::Acquire)
-            {
-                // Let a batch fill, a little.
+            if !self.batch_full() && !self.stopping.load(Ordering::Acquire) {
+                // Let a batch fill, a little: until the next request comes, or batch_interval.
+                // (Waiting for a full batch costs less with compression but more without: a
+                // 3 MiB body to a busy next hop wakes the sender again and again.)
                 let _ =
                     tokio::time::timeout(self.config.batch_interval, self.wake.notified()).await;
             }
@@ -260,17 +264,9 @@ impl Exporter {
         while let Some(items) = pending.pop() {
             let spans: usize = items.iter().map(|i| i.spans).sum();
             let bytes: usize = items.iter().map(|i| i.body.len()).sum();
-            // Concatenated protobuf messages merge: the repeated resource_spans append.
-            let body = match items.as_slice() {
-                [one] => one.body.clone(),
-                _ => {
-                    let mut body = Vec::with_capacity(bytes);
-                    for item in &items {
-                        body.put(item.body.clone());
-                    }
-                    Bytes::from(body)
-                }
-            };
+            // Concatenated protobuf messages merge: the repeated resource_spans append. The
+            // requests are sent one after another as they are, never copied into one.
+            let body: Batch = items.iter().map(|i| i.body.clone()).collect();
             loop {
                 match client.send(&self.config, body.clone()).await {
                     Sent::Ok { rejected, message } => {
@@ -465,6 +461,64 @@ impl tonic::codec::Codec for RawCodec {
     }
 }
 
+/// The requests of one batch, sent one after another as they are: concatenated protobuf
+/// messages merge, so the next hop reads one request.
+pub type Batch = Vec<Bytes>;
+
+/// A batch gzip-compressed (level 1), each request fed to the compressor as it is.
+fn gzip(batch: &Batch, size: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut gz =
+        flate2::write::GzEncoder::new(Vec::with_capacity(size / 4), flate2::Compression::fast());
+    for part in batch {
+        gz.write_all(part)?;
+    }
+    gz.finish()
+}
+
+/// A batch zstd-compressed at [`ZSTD_LEVEL`], each request fed to the compressor as it is.
+fn zstd(batch: &Batch, size: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Write;
+    let mut z = zstd::stream::write::Encoder::new(Vec::with_capacity(size / 4), ZSTD_LEVEL)?;
+    for part in batch {
+        z.write_all(part)?;
+    }
+    z.finish()
+}
+
+/// [`RawCodec`] for a [`Batch`]: its requests written into the message one after another.
+pub struct BatchCodec;
+/// [`BatchCodec`]'s encoder.
+pub struct BatchEncoder;
+
+impl tonic::codec::Encoder for BatchEncoder {
+    type Item = Batch;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Batch,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        for part in item {
+            dst.put(part);
+        }
+        Ok(())
+    }
+}
+
+impl tonic::codec::Codec for BatchCodec {
+    type Encode = Batch;
+    type Decode = ExportTraceServiceResponse;
+    type Encoder = BatchEncoder;
+    type Decoder = ResponseDecoder;
+    fn encoder(&mut self) -> BatchEncoder {
+        BatchEncoder
+    }
+    fn decoder(&mut self) -> ResponseDecoder {
+        ResponseDecoder
+    }
+}
+
 /// The gRPC path of `TraceService/Export`.
 pub const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
@@ -503,7 +557,7 @@ impl Downstream {
         }
     }
 
-    async fn send(&self, config: &OtlpExporterConfig, body: Bytes) -> Sent {
+    async fn send(&self, config: &OtlpExporterConfig, body: Batch) -> Sent {
         match self {
             Downstream::Grpc(grpc) => send_grpc(grpc.clone(), config, body).await,
             Downstream::Http(client, url) => send_http(client, url, config, body).await,
@@ -527,7 +581,7 @@ fn partial(response: &ExportTraceServiceResponse) -> Sent {
 async fn send_grpc(
     mut grpc: tonic::client::Grpc<tonic::transport::Channel>,
     config: &OtlpExporterConfig,
-    body: Bytes,
+    body: Batch,
 ) -> Sent {
     use tonic::Code;
     use tonic_types::StatusExt;
@@ -548,7 +602,7 @@ async fn send_grpc(
         grpc.unary(
             request,
             tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH),
-            RawCodec,
+            BatchCodec,
         )
         .await
     };
@@ -576,8 +630,9 @@ async fn send_http(
     client: &reqwest::Client,
     url: &str,
     config: &OtlpExporterConfig,
-    body: Bytes,
+    batch: Batch,
 ) -> Sent {
+    let size: usize = batch.iter().map(Bytes::len).sum();
     let mut request = client
         .post(url)
         .timeout(config.timeout)
@@ -585,27 +640,21 @@ async fn send_http(
     for (k, v) in &config.headers {
         request = request.header(k.as_str(), v.as_str());
     }
-    let body = match config.compression {
-        Compression::Gzip => {
-            use std::io::Write;
-            let mut gz = flate2::write::GzEncoder::new(
-                Vec::with_capacity(body.len() / 4),
-                flate2::Compression::fast(),
-            );
-            if gz.write_all(&body).is_err() {
-                return Sent::Final("compressing the batch failed".to_owned());
-            }
-            request = request.header(reqwest::header::CONTENT_ENCODING, "gzip");
-            gz.finish().map(Bytes::from).unwrap_or(body)
+    let packed = match config.compression {
+        Compression::Gzip => Some(("gzip", gzip(&batch, size))),
+        Compression::Zstd => Some(("zstd", zstd(&batch, size))),
+        Compression::None => None,
+    };
+    let body = match packed {
+        Some((encoding, Ok(packed))) => {
+            request = request.header(reqwest::header::CONTENT_ENCODING, encoding);
+            reqwest::Body::from(packed)
         }
-        Compression::Zstd => match zstd::bulk::compress(&body, ZSTD_LEVEL) {
-            Ok(packed) => {
-                request = request.header(reqwest::header::CONTENT_ENCODING, "zstd");
-                Bytes::from(packed)
-            }
-            Err(_) => return Sent::Final("compressing the batch failed".to_owned()),
+        Some((_, Err(_))) => return Sent::Final("compressing the batch failed".to_owned()),
+        None => match batch.as_slice() {
+            [one] => reqwest::Body::from(one.clone()),
+            parts => reqwest::Body::from(parts.concat()),
         },
-        Compression::None => body,
     };
     let response = match request.body(body).send().await {
         Ok(r) => r,

@@ -6,10 +6,12 @@
 
 use super::Pipeline;
 use crate::classify;
+use crate::classify::Kind;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::{self, Attempt};
 use crate::otlp::tags::{self, Tag};
-use crate::tracker::{GroupId, Judgement, Observation};
+use crate::tracker::{GroupId, Judgement, Observation, Violation};
+use std::sync::LazyLock;
 
 /// Where one attempt stands.
 #[derive(Debug, Clone, Copy)]
@@ -167,16 +169,91 @@ pub fn write_place_tags(out: &mut Vec<u8>, reason: &str, interface: &str) {
     tags::push(out, "refusal_gate.interface", Tag::Str(interface));
 }
 
-/// Appends the `refusal_gate.*` attributes of an attempt's verdict to `out`.
+/// The class, kind and decision tags of each kind, encoded once: a verdict's tags are
+/// then mostly copies (every forwarded attempt writes them).
+static KIND_TAGS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    Kind::ALL
+        .iter()
+        .map(|k| {
+            let mut out = Vec::new();
+            tags::push(&mut out, "refusal_gate.class", Tag::Str(k.class().as_str()));
+            tags::push(&mut out, "refusal_gate.kind", Tag::Str(k.as_str()));
+            let decision = k.decision().as_str();
+            tags::push(&mut out, "refusal_gate.decision", Tag::Str(decision));
+            out
+        })
+        .collect()
+});
+
+/// The `discovery_read` tag, false and true, encoded once.
+static READ_TAGS: LazyLock<[Vec<u8>; 2]> = LazyLock::new(|| {
+    [false, true].map(|read| {
+        let mut out = Vec::new();
+        tags::push(&mut out, "refusal_gate.discovery_read", Tag::Bool(read));
+        out
+    })
+});
+
+/// The `violation` tag of each violation, encoded once.
+static VIOLATION_TAGS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
+    Violation::ALL
+        .iter()
+        .map(|v| {
+            let mut out = Vec::new();
+            tags::push(&mut out, "refusal_gate.violation", Tag::Str(v.as_str()));
+            out
+        })
+        .collect()
+});
+
+/// Appends the `refusal_gate.*` attributes of an attempt's verdict to `out`: class, kind,
+/// decision, discovery_read, attempt and, when it commits one, violation.
 pub fn write_verdict_tags(out: &mut Vec<u8>, j: &Judgement) {
-    tags::push(out, "refusal_gate.class", Tag::Str(j.kind.class().as_str()));
-    tags::push(out, "refusal_gate.kind", Tag::Str(j.kind.as_str()));
-    let decision = j.kind.decision().as_str();
-    tags::push(out, "refusal_gate.decision", Tag::Str(decision));
-    let read = Tag::Bool(j.discovery_read);
-    tags::push(out, "refusal_gate.discovery_read", read);
+    let kind = Kind::ALL.iter().position(|k| *k == j.kind).unwrap_or(0);
+    out.extend_from_slice(&KIND_TAGS[kind]);
+    out.extend_from_slice(&READ_TAGS[usize::from(j.discovery_read)]);
     tags::push(out, "refusal_gate.attempt", Tag::Int(i64::from(j.attempt)));
     if let Some(v) = j.violation {
-        tags::push(out, "refusal_gate.violation", Tag::Str(v.as_str()));
+        let v = Violation::ALL.iter().position(|w| *w == v).unwrap_or(0);
+        out.extend_from_slice(&VIOLATION_TAGS[v]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdict_tags_encoded_once_are_those_written_one_by_one() {
+        for kind in Kind::ALL {
+            for violation in std::iter::once(None).chain(Violation::ALL.map(Some)) {
+                for discovery_read in [false, true] {
+                    let j = Judgement {
+                        kind,
+                        violation,
+                        attempt: 300,
+                        discovery_read,
+                    };
+                    let mut want = Vec::new();
+                    tags::push(
+                        &mut want,
+                        "refusal_gate.class",
+                        Tag::Str(kind.class().as_str()),
+                    );
+                    tags::push(&mut want, "refusal_gate.kind", Tag::Str(kind.as_str()));
+                    let decision = Tag::Str(kind.decision().as_str());
+                    tags::push(&mut want, "refusal_gate.decision", decision);
+                    let read = Tag::Bool(discovery_read);
+                    tags::push(&mut want, "refusal_gate.discovery_read", read);
+                    tags::push(&mut want, "refusal_gate.attempt", Tag::Int(300));
+                    if let Some(v) = violation {
+                        tags::push(&mut want, "refusal_gate.violation", Tag::Str(v.as_str()));
+                    }
+                    let mut got = Vec::new();
+                    write_verdict_tags(&mut got, &j);
+                    assert_eq!(got, want, "{kind:?} {violation:?} {discovery_read}");
+                }
+            }
+        }
     }
 }
