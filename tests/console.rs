@@ -10,25 +10,15 @@
 
 mod common;
 
-use common::{binary_config, external, free_port, spawn_binary};
+use common::{binary_config, example, external, free_port, spawn_binary};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
 
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(name)
-}
-
 fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("refusal-gate-console-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
+    common::fresh_dir("console", tag)
 }
 
 /// Where screenshots go: `target/console/`.

@@ -3,24 +3,17 @@
 //! SDK): the report's figures, arrival order and file splits that change nothing, gzip and
 //! standard input, and a corrupt line that is reported and skipped.
 
+mod common;
+
+use common::example;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
 
-fn example(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples")
-        .join(name)
-}
-
 fn temp_dir(tag: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("refusal-gate-replay-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    dir
+    common::fresh_dir("replay", tag)
 }
 
 fn replay(args: &[&str], stdin: Option<&[u8]>) -> Output {

@@ -205,6 +205,23 @@ pub fn agent_python() -> Option<String> {
     python
 }
 
+/// A file of `examples/`.
+pub fn example(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+}
+
+/// An empty directory of its own for one test: `refusal-gate-{what}-{tag}-{pid}` under the
+/// system's temporary directory.
+pub fn fresh_dir(what: &str, tag: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("refusal-gate-{what}-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
 /// A scrape of the binary's `/metrics` on admin port `admin`.
 pub async fn admin_metrics(admin: u16) -> String {
     reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
