@@ -57,7 +57,10 @@ pub struct Pipeline {
     seed: u64,
     /// Attributes read per span and per resource.
     max_attributes: usize,
-    /// Server spans waiting for the other span of their call (DESIGN §9).
+    /// Server spans waiting for the other span of their call (DESIGN §9). One std `Mutex`:
+    /// it is taken only for the spans of interfaces observed from their side (a client span
+    /// on one, a server resource's spans, a sweep), for a few map operations, never across an
+    /// `.await`; every other request never touches it.
     calls: Mutex<calls::Calls>,
 }
 
