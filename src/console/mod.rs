@@ -384,9 +384,12 @@ pub fn client(pipeline: &Pipeline, client: &str, trace_url: Option<&str>) -> Opt
             .label_names(labels)
             .map(|(c, i)| (c.to_string(), i.to_string()))
     };
-    let histories = pipeline
-        .tracker()
-        .histories(|labels| name(labels).is_some_and(|(c, _)| c == client));
+    // Compared as they are: one group's names are not copied to be looked at.
+    let histories = pipeline.tracker().histories(|labels| {
+        metrics
+            .label_names(labels)
+            .is_some_and(|(c, _)| &*c == client)
+    });
     if mine.is_empty() && histories.is_empty() {
         return None;
     }

@@ -88,7 +88,6 @@ impl Pipeline {
         let mut calls = self.calls();
         for (i, (s, x)) in spans.iter().zip(&read).enumerate() {
             let Some((attempt, named)) = x else { continue };
-            r.summary.attempts += 1;
             if has_child[i] {
                 self.metrics.span_skipped("same_call");
                 continue;
@@ -115,6 +114,7 @@ impl Pipeline {
             match next {
                 Next::SameCall => self.metrics.span_skipped("same_call"),
                 Next::Count(client) => {
+                    r.summary.attempts += 1;
                     let tags = s.slot.zip(r.tags.as_deref_mut());
                     self.count_server(
                         r.now,
@@ -127,6 +127,8 @@ impl Pipeline {
                     );
                 }
                 Next::Hold { awaited, client } => {
+                    // Counted, or merged into its other half, when its wait ends.
+                    r.summary.attempts += 1;
                     let held = Held {
                         arrived: r.now,
                         span: s.bytes.to_vec(),
