@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::value;
+use common::{free_port, value};
 use opentelemetry::trace::{SpanKind, Tracer, TracerProvider as _};
 use opentelemetry::KeyValue;
 use std::net::{SocketAddr, TcpListener};
@@ -12,13 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_refusal-gate");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("refusal-gate-cli-{}", std::process::id()));

@@ -242,12 +242,25 @@ impl Drop for Reaper {
     }
 }
 
-/// A free loopback port (free when asked; the caller binds it soon after).
+/// A free loopback port (free when asked; the caller binds it soon after). Chosen below the
+/// kernel's ephemeral range (32768–60999 on Linux): a port from that range, as binding port
+/// 0 gives, can be taken by any outgoing connection's source port before the server binds it
+/// (seen once as a replica that never came up). Spread by process and counter, so that the
+/// tests of one binary, running at once, do not try the same ports.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id().wrapping_mul(7_919);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(FIRST + seed.wrapping_add(n) % SPAN).expect("below 32,000");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between {FIRST} and {}", FIRST + SPAN)
 }
 
 /// The ports of a server binary's configuration.
@@ -304,12 +317,16 @@ pub async fn spawn_binary(
             .spawn()
             .expect("the binary starts"),
     );
+    let mut reaper = reaper;
     for _ in 0..100 {
         if reqwest::get(format!("http://127.0.0.1:{admin}/healthz"))
             .await
             .is_ok()
         {
             return reaper;
+        }
+        if let Ok(Some(status)) = reaper.0.try_wait() {
+            panic!("the binary exited with {status} before it answered, on {config:?}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
