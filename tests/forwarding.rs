@@ -646,3 +646,103 @@ async fn zstd_forwarding_crosses_gates_over_http_and_grpc() {
         assert!(got.contains_key(&original.span_id), "every span arrives");
     }
 }
+
+/// One call as the next hop saw it: when, its `authorization`, its `grpc-encoding`, spans.
+type Call = (Instant, Option<String>, Option<String>, usize);
+
+/// A gRPC next hop that records each call's `authorization` and `grpc-encoding` metadata
+/// and answers the first call UNAVAILABLE with a `RetryInfo` of 300 ms.
+#[derive(Clone, Default)]
+struct Recorder {
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Recorder {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let value = |k: &str| {
+            request
+                .metadata()
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let spans = request
+            .get_ref()
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        let mut calls = self.calls.lock().expect("not poisoned");
+        calls.push((
+            Instant::now(),
+            value("authorization"),
+            value("grpc-encoding"),
+            spans,
+        ));
+        if calls.len() == 1 {
+            return Err(tonic::Status::with_error_details(
+                tonic::Code::Unavailable,
+                "busy",
+                ErrorDetails::with_retry_info(Some(Duration::from_millis(300))),
+            ));
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_forwarding_sends_the_configured_headers_compressed_and_honours_retry_info() {
+    let dir = temp_dir("grpc-headers");
+    for (compression, encoding) in [
+        ("gzip", Some("gzip")),
+        ("zstd", Some("zstd")),
+        ("none", None),
+    ] {
+        let recorder = Recorder::default();
+        let addr = serve(recorder.clone()).await;
+        let a = gate(
+            ports(),
+            &format!(
+                "{{ endpoint: 'http://{addr}', compression: {compression}, batch_interval: 50ms, \
+                 headers: {{ Authorization: 'Bearer next-hop' }} }}"
+            ),
+            &dir,
+            compression,
+        );
+        let spans = (0..3)
+            .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+            .collect();
+        let body = common::export("header-agent", spans);
+        assert_eq!(post(a.http, body).await.status(), 200);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while recorder.calls.lock().expect("not poisoned").len() < 2 {
+            assert!(Instant::now() < deadline, "{compression}: not sent again");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let calls = recorder.calls.lock().expect("not poisoned").clone();
+        for (_, authorization, got, spans) in &calls {
+            assert_eq!(
+                authorization.as_deref(),
+                Some("Bearer next-hop"),
+                "{compression}"
+            );
+            assert_eq!(got.as_deref(), encoding, "{compression}");
+            assert_eq!(*spans, 3, "{compression}: the whole batch, decoded");
+        }
+        assert!(
+            calls[1].0 - calls[0].0 >= Duration::from_millis(300),
+            "{compression}: the retry waits as RetryInfo says"
+        );
+        assert_eq!(
+            metric(a.admin, "refusal_gate_exporter_sent_spans_total", &[]).await,
+            3.0
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
