@@ -11,8 +11,11 @@
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1]
 //!
-//! `--fresh-clients 1` sends every request from a client instance never seen before (the
-//! soak test's churning fleet).
+//! `--requests` is how many distinct requests are pre-encoded and sent in turn: by default
+//! 512, or one a client when the fleet is larger — every request of the workload covers all
+//! 45 keys (interface × operation) of its client, so a fleet of N clients needs N requests
+//! to reach its N × 45 keys. `--fresh-clients 1` sends every request from a client instance
+//! never seen before (the soak test's churning fleet).
 //!
 //! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
 
@@ -44,7 +47,7 @@ fn options() -> Options {
         concurrency: 8,
         batch: 100,
         clients: 100,
-        requests: 512,
+        requests: 0,
         rate: 0.0,
         fresh_clients: false,
     };
@@ -68,6 +71,9 @@ fn options() -> Options {
             "--fresh-clients" => o.fresh_clients = number() != 0.0,
             other => panic!("unknown option {other}"),
         }
+    }
+    if o.requests == 0 {
+        o.requests = o.clients.max(512);
     }
     if o.endpoint.is_empty() {
         o.endpoint = match o.protocol.as_str() {
