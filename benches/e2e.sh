@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # End-to-end load run on this machine: the release server pinned to core 0, the load
 # generator (examples/loadgen.rs) to core 1. For OTLP/gRPC and OTLP/HTTP it reports spans/s
-# at full speed, the server's CPU-seconds per million spans (from /proc/<pid>/stat, so a
-# load generator sharing the machine does not skew it), its peak RSS, and the p50/p99 export
-# latency at half of the maximum rate.
+# at full speed, the server's CPU-seconds per million spans and spans per CPU-second (from
+# /proc/<pid>/stat, so a load generator sharing the machine does not skew it), the keys
+# tracked at the end, its peak RSS, and the p50/p99 export latency at half of the maximum rate.
 #   benches/e2e.sh [SECONDS [LOADGEN OPTIONS...]]   (default 10 seconds a run)
-# e.g. `benches/e2e.sh 5 --clients 16` for a fleet whose tracker state stays in the cache.
-# With FORWARD=gzip (or zstd, or none) the server forwards every span it tags over OTLP/HTTP, with that
-# compression, to a sink that drops them (examples/sink.rs, on the load generator's core).
+# e.g. `benches/e2e.sh 5 --clients 1000` for a fleet of 45,000 keys.
+#
+# FORWARD=grpc (or http): the server forwards every span it tags, over that protocol, to a
+# sink that drops them (examples/sink.rs, on the load generator's core); COMPRESSION=gzip
+# (the exporter's default), zstd or none is the forwarding's compression.
+# BASELINE=path/to/an/older/refusal-gate: every full-speed run is made with that binary
+# and with this one, alternately (ROUNDS pairs, default 3), and both medians are reported —
+# compare within one run, the machines are shared.
 #
 # Every run gets a fresh server: the load generator's span times start over each run, and a
 # server that had seen the previous run would take them all as late arrivals.
@@ -20,26 +25,36 @@ work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
 forward=${FORWARD:-}
+compression=${COMPRESSION:-gzip}
+baseline=${BASELINE:-}
+rounds=${ROUNDS:-3}
 config=""
 if [[ -n $forward ]]; then
   cargo build --release --quiet --example sink
-  sink=$(free_port)
-  taskset -c 1 target/release/examples/sink "127.0.0.1:$sink" >/dev/null &
+  sink_http=$(free_port)
+  sink_grpc=$(free_port)
+  taskset -c 1 target/release/examples/sink "127.0.0.1:$sink_http" "127.0.0.1:$sink_grpc" >/dev/null &
   sink_pid=$!
   trap 'kill "${pid:-0}" "$sink_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
-  config="exporters:
-  otlp: { endpoint: 'http://127.0.0.1:$sink', protocol: http/protobuf, compression: $forward }"
+  case $forward in
+    grpc) config="exporters:
+  otlp: { endpoint: 'http://127.0.0.1:$sink_grpc', protocol: grpc, compression: $compression }" ;;
+    http) config="exporters:
+  otlp: { endpoint: 'http://127.0.0.1:$sink_http', protocol: http/protobuf, compression: $compression }" ;;
+    *) echo "FORWARD is grpc or http" >&2; exit 2 ;;
+  esac
 fi
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 field() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
+median() { tr ' ' '\n' <<<"$*" | sort -g | awk 'NF { v[++n] = $1 } END { print v[int((n + 1) / 2)] }'; }
 
-# load TRANSPORT [LOADGEN OPTIONS...]: one run against a fresh server; sets $out (the load
-# generator's last line), $cpu_per_m and $rss.
+# load BINARY TRANSPORT [LOADGEN OPTIONS...]: one run against a fresh server; sets $out (the
+# load generator's last line), $cpu_per_m, $keys and $rss.
 load() {
-  local transport=$1
-  shift
-  start_server "$config" -- taskset -c 0
+  local binary=$1 transport=$2
+  shift 2
+  SERVER=$binary start_server "$config" -- taskset -c 0
   local port=$grpc
   [[ $transport == http ]] && port=$http
   local before
@@ -50,17 +65,43 @@ load() {
   after=$(cpu)
   cpu_per_m=$(awk -v c=$((after - before)) -v t="$ticks" -v s="$(field "$out" spans)" \
     'BEGIN { printf "%.3f", c / t / (s / 1e6) }')
+  keys=$(curl -s "http://127.0.0.1:$admin/metrics" | awk '$1 == "refusal_gate_tracker_keys" { print $2 }')
   rss=$(awk '/VmHWM/ { printf "%.0f MiB", $2 / 1024 }' "/proc/$pid/status")
   kill "$pid"
   wait "$pid" 2>/dev/null || true
 }
 
-[[ -n $forward ]] && echo "forwarding every span over OTLP/HTTP ($forward) to a sink"
-printf '%-6s %12s %16s %10s %10s %10s\n' transport spans/s cpu-s/Mspans peak-RSS p50@half p99@half
+[[ -n $forward ]] && echo "forwarding every span over OTLP/$forward ($compression) to a sink"
+binaries=(target/release/refusal-gate)
+names=(this)
+if [[ -n $baseline ]]; then
+  binaries=("$baseline" target/release/refusal-gate)
+  names=(baseline this)
+else
+  rounds=1
+fi
+printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' transport binary spans/s cpu-s/Mspans Mspans/cpu-s keys peak-RSS p50@half p99@half
 for transport in grpc http; do
-  load "$transport"
-  rate=$(field "$out" spans_per_sec) full_cpu=$cpu_per_m full_rss=$rss
-  load "$transport" --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')"
-  printf '%-6s %12s %16s %10s %8s us %8s us\n' "$transport" "$rate" "$full_cpu" "$full_rss" \
-    "$(field "$out" p50_us)" "$(field "$out" p99_us)"
+  declare -A rates=() cpus=() last_rss=() last_keys=()
+  for _ in $(seq "$rounds"); do
+    for i in "${!binaries[@]}"; do
+      load "${binaries[$i]}" "$transport"
+      rates[$i]+="$(field "$out" spans_per_sec) "
+      cpus[$i]+="$cpu_per_m "
+      last_rss[$i]=$rss
+      last_keys[$i]=$keys
+    done
+  done
+  for i in "${!binaries[@]}"; do
+    rate=$(median "${rates[$i]}") full_cpu=$(median "${cpus[$i]}")
+    p50=- p99=-
+    if [[ ${names[$i]} == this ]]; then
+      load "${binaries[$i]}" "$transport" --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')"
+      p50="$(field "$out" p50_us) us" p99="$(field "$out" p99_us) us"
+    fi
+    printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' "$transport" "${names[$i]}" "$rate" \
+      "$full_cpu" "$(awk -v c="$full_cpu" 'BEGIN { printf "%.2fM", 1 / c }')" "${last_keys[$i]}" \
+      "${last_rss[$i]}" "$p50" "$p99"
+  done
+  unset rates cpus last_rss last_keys
 done

@@ -3,7 +3,8 @@
 #   start_server [CONFIG LINES] [-- COMMAND PREFIX...]
 # writes $work/config.yaml (the three listeners, then the given lines), starts the server
 # (under the prefix, e.g. `taskset -c 0`), waits for /healthz, and sets $pid, $grpc, $http,
-# $admin. The caller sets $work and removes it, and kills $pid, on exit.
+# $admin. The caller sets $work and removes it, and kills $pid, on exit. SERVER=path runs
+# that binary instead of the one just built (an older build, for an A/B).
 cargo build --release --quiet
 cargo build --release --quiet --example loadgen
 
@@ -23,7 +24,7 @@ admin:
   endpoint: 127.0.0.1:$admin
 $extra
 YAML
-  "$@" target/release/refusal-gate serve --config "$work/config.yaml" 2>"$work/server.log" &
+  "$@" "${SERVER:-target/release/refusal-gate}" serve --config "$work/config.yaml" 2>"$work/server.log" &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$admin/healthz" >/dev/null && return 0; sleep 0.1; done
   echo "the server did not come up; its log:" >&2
