@@ -11,7 +11,8 @@
 //! `UNAVAILABLE`, `DEADLINE_EXCEEDED`, `ABORTED`, `RESOURCE_EXHAUSTED` with `RetryInfo`, HTTP
 //! 429, 502, 503, 504 and timeouts are retried with exponential backoff and jitter,
 //! honouring `RetryInfo` and `Retry-After`; anything else is final and counted; a
-//! `partial_success` is logged and not retried.
+//! `partial_success` is logged and not retried. The gRPC message is framed here rather than
+//! by tonic's client, so that both protocols compress with the one kept [`Packer`].
 
 use crate::config::{Compression, ExportProtocol, OnFull, OtlpExporterConfig};
 use crate::retry::Backoff;
@@ -465,9 +466,10 @@ impl tonic::codec::Codec for RawCodec {
 /// messages merge, so the next hop reads one request.
 pub type Batch = Vec<Bytes>;
 
-/// The compressor of OTLP/HTTP batches, kept from one batch to the next: setting one up
-/// (gzip's window and hash tables, zstd's context) costs about as much as compressing a
-/// whole batch. Each request of a batch is fed to it as it is, never concatenated first.
+/// The compressor of the exporter's batches, OTLP/HTTP bodies and gRPC messages alike, kept
+/// from one batch to the next: gzip's window and hash tables, or zstd's context, are reset
+/// rather than allocated and built again. Each request of a batch is fed to it as it is,
+/// never concatenated first.
 pub enum Packer {
     /// `compression: none`.
     None,
@@ -829,8 +831,9 @@ async fn send_http(
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs);
+        // Delay-seconds or an HTTP-date, read as span attributes are.
+        .and_then(|v| crate::extract::retry_after(v, crate::clock::now()))
+        .map(Duration::from_nanos);
     if status.is_success() {
         let bytes = response.bytes().await.unwrap_or_default();
         return partial(&ExportTraceServiceResponse::decode(bytes).unwrap_or_default());

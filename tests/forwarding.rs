@@ -746,3 +746,65 @@ async fn grpc_forwarding_sends_the_configured_headers_compressed_and_honours_ret
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_next_hop_asking_to_wait_until_a_date_is_waited_for() {
+    use axum::response::IntoResponse;
+    let dir = temp_dir("retry-date");
+    // The first POST: 503 with `Retry-After` two seconds ahead as an HTTP-date (whole
+    // seconds, so the wait is one to two seconds); then 200.
+    let calls: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let seen = Arc::clone(&calls);
+    let app = axum::Router::new().fallback(move || {
+        let seen = Arc::clone(&seen);
+        async move {
+            let mut calls = seen.lock().expect("not poisoned");
+            calls.push(Instant::now());
+            if calls.len() == 1 {
+                let at = std::time::SystemTime::now() + Duration::from_secs(2);
+                (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    [("retry-after", httpdate::fmt_http_date(at))],
+                )
+                    .into_response()
+            } else {
+                axum::http::StatusCode::OK.into_response()
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let a = gate(
+        ports(),
+        &format!("{{ endpoint: 'http://{addr}', protocol: http/protobuf, batch_interval: 50ms }}"),
+        &dir,
+        "a",
+    );
+    let spans = (0..2)
+        .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+        .collect();
+    assert_eq!(
+        post(a.http, common::export("date-agent", spans))
+            .await
+            .status(),
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while calls.lock().expect("not poisoned").len() < 2 {
+        assert!(Instant::now() < deadline, "never sent again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let calls = calls.lock().expect("not poisoned").clone();
+    // Without the date the first backoff is 0.2 s (± 25 %).
+    assert!(
+        calls[1] - calls[0] >= Duration::from_millis(900),
+        "retried after {:?}, not when the next hop asked",
+        calls[1] - calls[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
