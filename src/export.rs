@@ -831,8 +831,8 @@ async fn send_http(
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        // Delay-seconds or an HTTP-date, read as span attributes are.
-        .and_then(|v| crate::extract::retry_after(v, crate::clock::now()))
+        // Delay-seconds or an HTTP-date.
+        .and_then(|v| crate::retry::retry_after(v, crate::clock::now()))
         .map(Duration::from_nanos);
     if status.is_success() {
         let bytes = response.bytes().await.unwrap_or_default();

@@ -18,18 +18,34 @@ pub enum Answer {
     Final,
 }
 
-/// Judges an HTTP status and its `Retry-After` header (in seconds; an HTTP date is ignored
-/// and the caller's backoff used instead).
-pub fn judge(status: u16, retry_after: Option<&str>) -> Answer {
+/// Judges an HTTP status and its `Retry-After` header (delay-seconds or an HTTP-date, counted
+/// from `now`, Unix nanoseconds; anything else leaves the caller's backoff to decide).
+pub fn judge(status: u16, retry_after: Option<&str>, now: u64) -> Answer {
     match status {
         500..=599 | 408 | 429 => Answer::Retry(
             retry_after
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs),
+                .and_then(|v| self::retry_after(v, now))
+                .map(Duration::from_nanos),
         ),
         400..=499 => Answer::Final,
         _ => Answer::Success,
     }
+}
+
+/// The delay a `Retry-After` value asks for, in nanoseconds after `at` (the response's
+/// time, Unix nanoseconds): delay-seconds, or an HTTP-date in any of the three formats RFC 9110
+/// (§5.6.7) has recipients accept, counted from `at`. `None` for anything else, and for a zero
+/// delay or a date not after `at` (nothing to wait for).
+pub fn retry_after(value: &str, at: u64) -> Option<u64> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // More digits than fit is a very long delay, not an error.
+        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
+        return Some(seconds.saturating_mul(1_000_000_000)).filter(|d| *d > 0);
+    }
+    let date = httpdate::parse_http_date(value).ok()?;
+    let when = date.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
+    Some(u64::try_from(when).unwrap_or(u64::MAX).saturating_sub(at)).filter(|d| *d > 0)
 }
 
 /// Exponential backoff: `first`, doubling, never more than `max`.
@@ -71,22 +87,32 @@ mod tests {
 
     #[test]
     fn refusals_are_final_and_failures_are_retried() {
-        assert_eq!(judge(200, None), Answer::Success);
-        assert_eq!(judge(204, None), Answer::Success);
+        // 2015-10-21T07:28:00Z, the HTTP-date below.
+        let then = 1_445_412_480 * 1_000_000_000;
+        assert_eq!(judge(200, None, then), Answer::Success);
+        assert_eq!(judge(204, None, then), Answer::Success);
         for status in [400, 401, 403, 404, 405, 410, 422] {
-            assert_eq!(judge(status, None), Answer::Final, "{status}");
+            assert_eq!(judge(status, None, then), Answer::Final, "{status}");
         }
         for status in [408, 429, 500, 502, 503, 504] {
-            assert_eq!(judge(status, None), Answer::Retry(None), "{status}");
+            assert_eq!(judge(status, None, then), Answer::Retry(None), "{status}");
         }
         assert_eq!(
-            judge(503, Some(" 7 ")),
+            judge(503, Some(" 7 "), then),
             Answer::Retry(Some(Duration::from_secs(7)))
         );
+        let date = Some("Wed, 21 Oct 2015 07:28:00 GMT");
         assert_eq!(
-            judge(429, Some("Wed, 21 Oct 2015 07:28:00 GMT")),
-            Answer::Retry(None)
+            judge(429, date, then - 3_000_000_000),
+            Answer::Retry(Some(Duration::from_secs(3))),
+            "a date is a wait until then"
         );
+        assert_eq!(
+            judge(429, date, then),
+            Answer::Retry(None),
+            "a date past is none"
+        );
+        assert_eq!(judge(503, Some("soon"), then), Answer::Retry(None));
     }
 
     #[test]
@@ -108,5 +134,31 @@ mod tests {
         );
         b.reset();
         assert_eq!(b.wait(None), s);
+    }
+
+    #[test]
+    fn retry_after_is_delay_seconds_or_an_http_date_after_the_end() {
+        const S: u64 = 1_000_000_000;
+        // 2026-11-30T12:00:00.250Z: the response's end.
+        let end = 1_796_040_000 * S + S / 4;
+        let cases = [
+            ("2", Some(2 * S)),
+            (" 120 ", Some(120 * S)),
+            ("0", None),
+            ("99999999999999999999999", Some(u64::MAX)),
+            ("1.5", None),
+            ("-1", None),
+            ("soon", None),
+            ("", None),
+            // IMF-fixdate, RFC 850 and asctime: RFC 9110 has recipients take all three.
+            ("Mon, 30 Nov 2026 12:00:02 GMT", Some(2 * S - S / 4)),
+            ("Monday, 30-Nov-26 12:00:02 GMT", Some(2 * S - S / 4)),
+            ("Mon Nov 30 12:00:02 2026", Some(2 * S - S / 4)),
+            // A date already past: nothing to wait for.
+            ("Mon, 30 Nov 2026 11:59:00 GMT", None),
+        ];
+        for (value, want) in cases {
+            assert_eq!(retry_after(value, end), want, "{value:?}");
+        }
     }
 }

@@ -198,7 +198,7 @@ pub async fn push(
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok());
-    match retry::judge(status.as_u16(), retry_after) {
+    match retry::judge(status.as_u16(), retry_after, crate::clock::now()) {
         Answer::Success => Pushed::Sent,
         Answer::Retry(after) => Pushed::Retry(format!("HTTP {status}"), after),
         Answer::Final => {

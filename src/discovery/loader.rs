@@ -443,7 +443,7 @@ pub async fn fetch(
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok());
-    match retry::judge(status.as_u16(), retry_after) {
+    match retry::judge(status.as_u16(), retry_after, crate::clock::now()) {
         Answer::Success => {}
         Answer::Retry(after) => {
             return Fetched::Failure(LoadOutcome::Failed, format!("HTTP {status}"), after)

@@ -554,24 +554,8 @@ fn server_delay(v: Val<'_>, end: u64) -> Option<u64> {
             .ok()
             .map(|s| s.saturating_mul(1_000_000_000))
             .filter(|d| *d > 0),
-        v => retry_after(v.as_str()?, end),
+        v => crate::retry::retry_after(v.as_str()?, end),
     }
-}
-
-/// The delay a `Retry-After` value asks for, in nanoseconds after `end` (the response's
-/// time, Unix nanoseconds): delay-seconds, or an HTTP-date in any of the three formats RFC 9110
-/// (§5.6.7) has recipients accept, counted from `end`. `None` for anything else, and for a zero
-/// delay or a date not after `end` (nothing to wait for).
-pub fn retry_after(value: &str, end: u64) -> Option<u64> {
-    let value = value.trim();
-    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
-        // More digits than fit is a very long delay, not an error.
-        let seconds = value.parse::<u64>().unwrap_or(u64::MAX);
-        return Some(seconds.saturating_mul(1_000_000_000)).filter(|d| *d > 0);
-    }
-    let date = httpdate::parse_http_date(value).ok()?;
-    let at = date.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
-    Some(u64::try_from(at).unwrap_or(u64::MAX).saturating_sub(end)).filter(|d| *d > 0)
 }
 
 /// The pieces of a server's origin (scheme, host, port), borrowed: the normalised
