@@ -61,8 +61,10 @@ pub fn split_url(url: &str) -> Result<UrlParts<'_>, UrlError> {
 /// The [`UrlProblem`], without allocating.
 pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), UrlProblem> {
     // The first `:` starts the `://` of every URL this is given per span; a general
-    // substring search is kept for the rest.
-    let (scheme, rest) = match url.find(':') {
+    // substring search is kept for the rest. Every delimiter here is ASCII, so scanning
+    // bytes (a few compares a byte, where `str::find` with a `char` or a set decodes
+    // characters) finds char boundaries.
+    let (scheme, rest) = match url.bytes().position(|b| b == b':') {
         Some(i) if url[i..].starts_with("://") => (&url[..i], &url[i + 3..]),
         _ => url.split_once("://").ok_or(UrlProblem::NotAbsolute)?,
     };
@@ -73,9 +75,15 @@ pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), UrlProblem> {
     {
         return Err(UrlProblem::NoScheme);
     }
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority_end = rest
+        .bytes()
+        .position(|b| matches!(b, b'/' | b'?' | b'#'))
+        .unwrap_or(rest.len());
     let authority = &rest[..authority_end];
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let host_port = authority
+        .bytes()
+        .rposition(|b| b == b'@')
+        .map_or(authority, |at| &authority[at + 1..]);
     let (host, port) = split_host_port(host_port);
     if host.is_empty() {
         return Err(UrlProblem::NoHost);
@@ -89,7 +97,10 @@ pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), UrlProblem> {
 
 /// The path part of a path-and-query: query and fragment removed, `/` when empty.
 pub fn path_of(target: &str) -> &str {
-    let end = target.find(['?', '#']).unwrap_or(target.len());
+    let end = target
+        .bytes()
+        .position(|b| b == b'?' || b == b'#')
+        .unwrap_or(target.len());
     let path = &target[..end];
     if path.is_empty() {
         "/"
@@ -202,9 +213,9 @@ fn split_host_port(host_port: &str) -> (&str, Option<&str>) {
             None => (host_port, None),
         };
     }
-    match host_port.rsplit_once(':') {
-        Some((h, p)) if !p.is_empty() => (h, Some(p)),
-        Some((h, _)) => (h, None),
+    match host_port.bytes().rposition(|b| b == b':') {
+        Some(at) if at + 1 < host_port.len() => (&host_port[..at], Some(&host_port[at + 1..])),
+        Some(at) => (&host_port[..at], None),
         None => (host_port, None),
     }
 }
