@@ -701,6 +701,10 @@ async fn send_grpc(
     }
 }
 
+/// The largest answer the exporter reads from the next hop (an `ExportTraceServiceResponse` is
+/// a few bytes; tonic's client decodes at most 4 MiB by default): past it the send is final.
+const MAX_ANSWER: usize = 4 << 20;
+
 /// What refusal-gate calls itself on its outbound requests.
 const USER_AGENT: &str = concat!("refusal-gate/", env!("CARGO_PKG_VERSION"));
 
@@ -739,10 +743,18 @@ async fn grpc_answer(
             _ => Err(status),
         };
     }
-    let whole = body
+    let whole = http_body_util::Limited::new(body, MAX_ANSWER)
         .collect()
         .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                // The spans were taken; an answer this large is the next hop's fault, and
+                // sending them again would not change it.
+                Status::internal(format!("the answer is larger than {MAX_ANSWER} bytes"))
+            } else {
+                Status::unavailable(e.to_string())
+            }
+        })?;
     match whole.trailers().and_then(Status::from_header_map) {
         Some(status) if status.code() == Code::Ok => {}
         Some(status) => return Err(status),
@@ -835,8 +847,15 @@ async fn send_http(
         .and_then(|v| crate::retry::retry_after(v, crate::clock::now()))
         .map(Duration::from_nanos);
     if status.is_success() {
-        let bytes = response.bytes().await.unwrap_or_default();
-        return partial(&ExportTraceServiceResponse::decode(bytes).unwrap_or_default());
+        let mut response = response;
+        let mut answer = Vec::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            if answer.len() + chunk.len() > MAX_ANSWER {
+                return Sent::Final(format!("the answer is larger than {MAX_ANSWER} bytes"));
+            }
+            answer.extend_from_slice(&chunk);
+        }
+        return partial(&ExportTraceServiceResponse::decode(&answer[..]).unwrap_or_default());
     }
     // OTLP/HTTP: 429, 502, 503 and 504 are retryable; every other failure is final.
     match status.as_u16() {

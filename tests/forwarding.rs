@@ -808,3 +808,92 @@ async fn an_http_next_hop_asking_to_wait_until_a_date_is_waited_for() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A gRPC next hop that takes the spans and answers with a 10 MB `partial_success` message.
+#[derive(Clone, Default)]
+struct Rambler {
+    calls: Arc<Mutex<usize>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Rambler {
+    async fn export(
+        &self,
+        _request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTracePartialSuccess;
+        *self.calls.lock().expect("not poisoned") += 1;
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: Some(ExportTracePartialSuccess {
+                rejected_spans: 0,
+                error_message: "x".repeat(10 << 20),
+            }),
+        }))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_to_read_is_final_over_both_protocols() {
+    let dir = temp_dir("large-answer");
+    let rambler = Rambler::default();
+    let grpc = serve(rambler.clone()).await;
+    let hits = Arc::new(Mutex::new(0usize));
+    let counted = Arc::clone(&hits);
+    let app = axum::Router::new().fallback(move || {
+        let counted = Arc::clone(&counted);
+        async move {
+            *counted.lock().expect("not poisoned") += 1;
+            vec![0u8; 10 << 20]
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let http = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let gates = [
+        (
+            format!("{{ endpoint: 'http://{grpc}', batch_interval: 50ms }}"),
+            Arc::clone(&rambler.calls),
+        ),
+        (
+            format!(
+                "{{ endpoint: 'http://{http}', protocol: http/protobuf, batch_interval: 50ms }}"
+            ),
+            Arc::clone(&hits),
+        ),
+    ];
+    for (n, (exporter, calls)) in gates.into_iter().enumerate() {
+        let g = gate(ports(), &exporter, &dir, &format!("g{n}"));
+        let spans = (0..2)
+            .map(|i| http_span(i, "GET", "http://api.test/x", 200))
+            .collect();
+        assert_eq!(
+            post(g.http, common::export("rambled-agent", spans))
+                .await
+                .status(),
+            200
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while metric(
+            g.admin,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "refused")],
+        )
+        .await
+            < 2.0
+        {
+            assert!(Instant::now() < deadline, "{exporter}: never given up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            *calls.lock().expect("not poisoned"),
+            1,
+            "{exporter}: sent once"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
