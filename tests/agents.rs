@@ -70,14 +70,10 @@ async fn python_agents_that_honour_retry_after_commit_nothing_and_one_that_does_
     let Some(python) = agent_python() else {
         return;
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let server = listener.local_addr().expect("an address");
     let app = Router::new()
         .route("/quota/{name}", post(quota))
         .with_state(Quota::default());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = common::serve_http(app).await;
 
     let dir = std::env::temp_dir().join(format!("refusal-gate-agents-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");

@@ -343,14 +343,7 @@ async fn fake_alertmanager(failures: usize, status: StatusCode) -> (String, Arc<
             failures,
             status,
         });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}", listener.local_addr().expect("an address"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (url, hits)
+    (format!("http://{}", common::serve_http(app).await), hits)
 }
 
 async fn retry_after_refusal(server: &Server) {

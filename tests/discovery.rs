@@ -91,14 +91,7 @@ async fn serve_docs() -> (SocketAddr, Docs) {
         .route("/flaky.json", get(flaky))
         .route("/missing.json", get(missing))
         .with_state(docs.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let addr = listener.local_addr().expect("an address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    (addr, docs)
+    (common::serve_http(app).await, docs)
 }
 
 const PORTS: &str = "

@@ -88,18 +88,6 @@ async fn serve<S: TraceService>(service: S) -> SocketAddr {
     addr
 }
 
-/// Serves `app` (a next hop over OTLP/HTTP) on a free loopback port.
-async fn serve_http(app: axum::Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let addr = listener.local_addr().expect("an address");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
-}
-
 async fn start_sink() -> (SocketAddr, Sink) {
     let sink = Sink::default();
     (serve(sink.clone()).await, sink)
@@ -506,7 +494,7 @@ async fn a_downstream_that_refuses_is_sent_once() {
             axum::http::StatusCode::NOT_FOUND
         }
     });
-    let http_addr = serve_http(app).await;
+    let http_addr = common::serve_http(app).await;
     let h = gate(
         ports(),
         &format!(
@@ -778,7 +766,7 @@ async fn an_http_next_hop_asking_to_wait_until_a_date_is_waited_for() {
             }
         }
     });
-    let addr = serve_http(app).await;
+    let addr = common::serve_http(app).await;
     let a = gate(
         ports(),
         &format!("{{ endpoint: 'http://{addr}', protocol: http/protobuf, batch_interval: 50ms }}"),
@@ -846,7 +834,7 @@ async fn an_answer_too_large_to_read_is_final_over_both_protocols() {
             vec![0u8; 10 << 20]
         }
     });
-    let http = serve_http(app).await;
+    let http = common::serve_http(app).await;
     let gates = [
         (
             format!("{{ endpoint: 'http://{grpc}', batch_interval: 50ms }}"),

@@ -435,15 +435,15 @@ impl Tracker {
 
     /// A copy of every group's state, for the state file; one shard locked at a time.
     pub fn export(&self) -> Vec<GroupState> {
+        self.each_group(|id, g| Some(g.export(id.client, id.interface)))
+    }
+
+    /// What `f` makes of each group it takes, one shard locked at a time.
+    fn each_group<T>(&self, mut f: impl FnMut(&GroupId, &Group) -> Option<T>) -> Vec<T> {
         let mut out = Vec::new();
         for shard in &self.shards {
             let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            out.extend(
-                shard
-                    .groups
-                    .iter()
-                    .map(|(id, g)| g.export(id.client, id.interface)),
-            );
+            out.extend(shard.groups.iter().filter_map(|(id, g)| f(id, g)));
         }
         out
     }
@@ -488,18 +488,7 @@ impl Tracker {
     /// What the tracker keeps of every group whose labels handle `wanted` accepts: a
     /// client's story. One pass over every shard, each locked in turn.
     pub fn histories(&self, mut wanted: impl FnMut(u32) -> bool) -> Vec<GroupHistory> {
-        let mut out = Vec::new();
-        for shard in &self.shards {
-            let shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            out.extend(
-                shard
-                    .groups
-                    .values()
-                    .filter(|g| wanted(g.labels()))
-                    .map(Group::history),
-            );
-        }
-        out
+        self.each_group(|_, g| wanted(g.labels()).then(|| g.history()))
     }
 
     /// `tracker.max_retries`.

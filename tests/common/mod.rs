@@ -223,6 +223,19 @@ pub fn fresh_dir(what: &str, tag: &str) -> std::path::PathBuf {
 }
 
 /// A scrape of the binary's `/metrics` on admin port `admin`.
+/// Serves `app` on a free loopback port (an HTTP peer: a next hop, a discovery host, a fake
+/// Alertmanager, an agent's API) and returns its address.
+pub async fn serve_http(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 pub async fn admin_metrics(admin: u16) -> String {
     reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
         .await
