@@ -160,7 +160,10 @@ fn next_hop() -> (std::net::SocketAddr, std::net::SocketAddr) {
             let service = TraceServiceServer::new(Hop)
                 .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
                 .accept_compressed(tonic::codec::CompressionEncoding::Zstd);
+            // Windows larger than any batch: the sender never waits for a WINDOW_UPDATE.
             let _ = tonic::transport::Server::builder()
+                .initial_stream_window_size(16 << 20)
+                .initial_connection_window_size(16 << 20)
                 .add_service(service)
                 .serve_with_incoming(tonic::transport::server::TcpIncoming::from(grpc))
                 .await;
@@ -226,11 +229,10 @@ fn sending_a_batch_allocates_per_batch_not_per_span() {
             println!(
                 "{protocol} {compression}: 500 spans {small}, 5,000 spans {large} allocations"
             );
-            // The same, but for HTTP/2's flow control: a gRPC message larger than the
-            // stream's window waits for the next hop's WINDOW_UPDATEs, and a wait can
-            // allocate (measured: one more for 1.7 MB uncompressed). A per-span allocation
-            // would be 4,500 more.
-            let slack = if protocol == "grpc" { 2 } else { 0 };
+            // Over gRPC the HTTP/2 client queues a message's frames until its connection task
+            // writes them, and how far that queue grows first is a matter of scheduling
+            // (measured: 0 to 2 more under load). A per-span allocation would be 4,500 more.
+            let slack = if protocol == "grpc" { 8 } else { 0 };
             assert!(
                 large <= small + slack,
                 "{protocol}, {compression}: 5,000 spans made {large} allocations, 500 made {small}"
