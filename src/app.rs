@@ -427,16 +427,17 @@ impl Server {
             &config.alerting,
         )
         .with_max_attributes(config.receivers.otlp.max_attributes_per_span);
-        let downstream =
-            match &config.exporters.otlp {
-                Some(otlp) => {
-                    pipeline = pipeline.with_exporter(otlp);
-                    Some(export::Downstream::new(otlp).with_context(|| {
+        let downstream = match &config.exporters.otlp {
+            Some(otlp) => {
+                pipeline = pipeline.with_exporter(otlp);
+                Some(
+                    export::Downstream::new(otlp, &config.base_dir).with_context(|| {
                         format!("cannot set up the exporter to {}", otlp.endpoint)
-                    })?)
-                }
-                None => None,
-            };
+                    })?,
+                )
+            }
+            None => None,
+        };
         let state_file = config
             .tracker
             .state_file

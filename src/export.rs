@@ -12,14 +12,18 @@
 //! 429, 502, 503, 504 and timeouts are retried with exponential backoff and jitter,
 //! honouring `RetryInfo` and `Retry-After`; anything else is final and counted; a
 //! `partial_success` is logged and not retried. The gRPC message is framed here rather than
-//! by tonic's client, so that both protocols compress with the one kept [`Packer`].
+//! by tonic's client, so that both protocols compress with the one kept [`Packer`]. An
+//! `https://` next hop is reached over TLS, with `exporters.otlp.tls`'s CA and client
+//! certificate when set (read and checked at start), else the built-in roots.
 
-use crate::config::{Compression, ExportProtocol, OnFull, OtlpExporterConfig};
+use crate::config::{Compression, ExportProtocol, ExporterTlsConfig, OnFull, OtlpExporterConfig};
 use crate::retry::Backoff;
+use anyhow::Context as _;
 use bytes::{Buf, BufMut, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -412,6 +416,82 @@ pub enum Downstream {
     Http(reqwest::Client, String, Packer),
 }
 
+/// The PEM files of `exporters.otlp.tls`, read: what either client is built with.
+struct TlsFiles {
+    /// The CA certificates to trust instead of the built-in roots.
+    ca: Option<Vec<u8>>,
+    /// The client certificate chain and its key (mTLS).
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsFiles {
+    /// Reads the files `tls` names, relative to `base_dir`, and checks that each holds what
+    /// it should: neither client would say so before its first send.
+    fn read(tls: &ExporterTlsConfig, base_dir: &Path) -> anyhow::Result<TlsFiles> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certificates = |pem: &[u8]| {
+            let certs = CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>();
+            match certs.map_err(|e| e.to_string())? {
+                certs if certs.is_empty() => Err("no PEM certificate in it".to_owned()),
+                _ => Ok(()),
+            }
+        };
+        let key = |pem: &[u8]| PrivateKeyDer::from_pem_slice(pem).map(drop);
+        let read =
+            |setting: &str, file: &Option<PathBuf>, check: &dyn Fn(&[u8]) -> Result<(), String>| {
+                let Some(file) = file else { return Ok(None) };
+                let path = base_dir.join(file);
+                let bytes = std::fs::read(&path).map_err(|e| e.to_string());
+                match bytes.and_then(|b| check(&b).map(|()| b)) {
+                    Ok(bytes) => Ok(Some(bytes)),
+                    Err(problem) => Err(anyhow::anyhow!(
+                        "exporters.otlp.tls.{setting} {}: {problem}",
+                        path.display()
+                    )),
+                }
+            };
+        let (cert, key) = (
+            read("cert_file", &tls.cert_file, &certificates)?,
+            read("key_file", &tls.key_file, &|pem| {
+                key(pem).map_err(|e| e.to_string())
+            })?,
+        );
+        Ok(TlsFiles {
+            ca: read("ca_file", &tls.ca_file, &certificates)?,
+            identity: cert.zip(key),
+        })
+    }
+
+    /// tonic's TLS settings: the CA file or else the built-in roots, and the identity.
+    fn grpc(self) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let tls = match self.ca {
+            Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)),
+            None => ClientTlsConfig::new().with_webpki_roots(),
+        };
+        match self.identity {
+            Some((cert, key)) => tls.identity(Identity::from_pem(cert, key)),
+            None => tls,
+        }
+    }
+
+    /// The same for reqwest, whose built-in roots are the same (webpki) ones.
+    fn http(self, mut client: reqwest::ClientBuilder) -> anyhow::Result<reqwest::ClientBuilder> {
+        if let Some(ca) = self.ca {
+            client = client
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(reqwest::Certificate::from_pem(&ca)?);
+        }
+        if let Some((mut pem, key)) = self.identity {
+            pem.push(b'\n');
+            pem.extend_from_slice(&key);
+            client = client.identity(reqwest::Identity::from_pem(&pem)?);
+        }
+        Ok(client)
+    }
+}
+
 /// A gRPC client codec for `TraceService/Export` that sends an already-encoded request as
 /// it is and decodes the response: what the exporter forwards with, and what the load
 /// generator and the tests put arbitrary bytes on the wire with.
@@ -570,17 +650,33 @@ impl Packer {
 pub const EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 impl Downstream {
-    /// A client for `config` (connects lazily).
+    /// A client for `config` (connects lazily), its TLS files read from `base_dir`.
     ///
     /// # Errors
-    /// When the endpoint is not a valid URI or the HTTP client cannot be built.
-    pub fn new(config: &OtlpExporterConfig) -> anyhow::Result<Downstream> {
+    /// When the endpoint is not a valid URI, a TLS file cannot be read or used, or the HTTP
+    /// client cannot be built.
+    pub fn new(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<Downstream> {
+        let tls = config.endpoint.starts_with("https://").then(|| {
+            TlsFiles::read(
+                config.tls.as_ref().unwrap_or(&ExporterTlsConfig::default()),
+                base_dir,
+            )
+        });
+        let tls = tls.transpose()?;
         match config.protocol {
             ExportProtocol::Grpc => {
-                let channel = tonic::transport::Endpoint::from_shared(config.endpoint.clone())?
-                    .connect_timeout(config.timeout)
-                    .connect_lazy();
-                Ok(Downstream::Grpc(channel, Packer::new(config.compression)?))
+                let mut endpoint =
+                    tonic::transport::Endpoint::from_shared(config.endpoint.clone())?
+                        .connect_timeout(config.timeout);
+                if let Some(files) = tls {
+                    endpoint = endpoint
+                        .tls_config(files.grpc())
+                        .context("cannot use exporters.otlp.tls")?;
+                }
+                Ok(Downstream::Grpc(
+                    endpoint.connect_lazy(),
+                    Packer::new(config.compression)?,
+                ))
             }
             ExportProtocol::HttpProtobuf => {
                 let base = config.endpoint.trim_end_matches('/');
@@ -589,8 +685,14 @@ impl Downstream {
                 } else {
                     format!("{base}/v1/traces")
                 };
+                let mut client = reqwest::Client::builder();
+                if let Some(files) = tls {
+                    client = files
+                        .http(client)
+                        .context("cannot use exporters.otlp.tls")?;
+                }
                 Ok(Downstream::Http(
-                    reqwest::Client::builder().build()?,
+                    client.build()?,
                     url,
                     Packer::new(config.compression)?,
                 ))

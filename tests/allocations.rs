@@ -197,7 +197,7 @@ fn send_allocations(
     ));
     let sender = Arc::clone(&exporter);
     let downstream = rt
-        .block_on(async { Downstream::new(&otlp) })
+        .block_on(async { Downstream::new(&otlp, std::path::Path::new(".")) })
         .expect("a client");
     rt.spawn(async move { sender.run(downstream).await });
     let batch =

@@ -151,6 +151,30 @@ fn a_bad_configuration_binds_no_port() {
 }
 
 #[test]
+fn an_exporter_tls_file_that_holds_no_certificate_stops_the_start_naming_it() {
+    let not_pem = temp_file("not-a-ca.pem", "this is no certificate\n");
+    for protocol in ["grpc", "http/protobuf"] {
+        let text = format!(
+            "{}exporters:\n  otlp: {{ endpoint: 'https://127.0.0.1:1', protocol: {protocol}, tls: {{ ca_file: {} }} }}\n",
+            config_on(free_port(), free_port(), free_port()),
+            not_pem.display()
+        );
+        let path = temp_file("bad-exporter-ca.yaml", &text);
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{protocol}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("exporters.otlp.tls.ca_file") && stderr.contains("not-a-ca.pem"),
+            "{protocol}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn a_port_conflict_exits_non_zero_at_once() {
     let taken = TcpListener::bind("127.0.0.1:0").expect("a port");
     let port = taken.local_addr().expect("an address").port();

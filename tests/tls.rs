@@ -1,7 +1,8 @@
 //! TLS on the receivers and the admin endpoint, black-box: certificates made for the test
 //! (rcgen), the OpenTelemetry SDK's own OTLP exporters configured for TLS and for mTLS,
 //! plain text refused at a TLS port and counted, and certificates replaced on disk picked up
-//! without a restart.
+//! without a restart. And TLS on the way out: forwarding to an `https://` next hop (another
+//! refusal-gate requiring client certificates) over both protocols.
 
 mod common;
 
@@ -48,6 +49,8 @@ fn pki(dir: &Path) -> Pki {
     write("ca.pem", &ca_cert.pem());
     write("server.pem", &server.pem());
     write("server.key", &server_key.serialize_pem());
+    write("client.pem", &client.pem());
+    write("client.key", &client_key.serialize_pem());
     Pki {
         ca: ca_cert.pem(),
         client_cert: client.pem(),
@@ -274,5 +277,123 @@ admin:
         "and the old one no longer"
     );
     server.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Waits until `name{labels}` reaches at least `at_least` in `bound`'s metrics; its value.
+async fn wait_for(bound: &Bound, name: &str, labels: &[(&str, &str)], at_least: f64) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let v = value(&common::scrape(bound).await, name, labels);
+        if v >= at_least || std::time::Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_reaches_an_https_next_hop_with_its_ca_and_a_client_certificate() {
+    let dir = temp_dir("forward");
+    pki(&dir);
+    let d = dir.display();
+    let tls = tls_block(&dir, &format!(", client_ca_file: {d}/ca.pem"));
+    let next = start(&format!(
+        "
+receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:0, tls: {tls} }}
+    http: {{ endpoint: 127.0.0.1:0, tls: {tls} }}
+admin:
+  endpoint: 127.0.0.1:0
+"
+    ))
+    .await;
+    let nb = next.bound;
+    let gate = |protocol: &str, port: u16, tls: &str| {
+        format!(
+            "
+receivers:
+  otlp:
+    grpc: {{ endpoint: 127.0.0.1:0 }}
+    http: {{ endpoint: 127.0.0.1:0 }}
+admin:
+  endpoint: 127.0.0.1:0
+exporters:
+  otlp: {{ endpoint: 'https://127.0.0.1:{port}', protocol: {protocol}, batch_interval: 50ms{tls} }}
+"
+        )
+    };
+    let with_files = format!(
+        ", tls: {{ ca_file: {d}/ca.pem, cert_file: {d}/client.pem, key_file: {d}/client.key }}"
+    );
+    let mut delivered = 0.0;
+    for (protocol, port) in [("grpc", nb.grpc.port()), ("http/protobuf", nb.http.port())] {
+        let first = start(&gate(protocol, port, &with_files)).await;
+        common::send(
+            &first.bound,
+            export(
+                &format!("via-{protocol}"),
+                vec![http_span(1, "GET", "http://api.test/x", 200)],
+            ),
+        )
+        .await;
+        let sent = wait_for(
+            &first.bound,
+            "refusal_gate_exporter_sent_spans_total",
+            &[],
+            1.0,
+        )
+        .await;
+        assert_eq!(sent, 1.0, "{protocol}: forwarded and accepted over TLS");
+        delivered += 1.0;
+        let received = wait_for(
+            &nb,
+            "refusal_gate_receiver_accepted_spans_total",
+            &[],
+            delivered,
+        )
+        .await;
+        assert_eq!(received, delivered, "{protocol}: the next hop has it");
+        first.shutdown().await;
+    }
+
+    // The built-in roots do not know the test's CA: nothing is delivered, and each failed
+    // try is counted as retried.
+    for (protocol, port) in [("grpc", nb.grpc.port()), ("http/protobuf", nb.http.port())] {
+        let first = start(&gate(protocol, port, "")).await;
+        common::send(
+            &first.bound,
+            export(
+                "untrusted",
+                vec![http_span(1, "GET", "http://api.test/x", 200)],
+            ),
+        )
+        .await;
+        let retried = wait_for(
+            &first.bound,
+            "refusal_gate_exporter_failed_spans_total",
+            &[("reason", "retried")],
+            1.0,
+        )
+        .await;
+        assert!(retried >= 1.0, "{protocol}: an unknown CA fails the send");
+        let m = common::scrape(&first.bound).await;
+        assert_eq!(
+            value(&m, "refusal_gate_exporter_sent_spans_total", &[]),
+            0.0,
+            "{protocol}"
+        );
+        first.shutdown().await;
+    }
+    assert_eq!(
+        value(
+            &common::scrape(&nb).await,
+            "refusal_gate_receiver_accepted_spans_total",
+            &[]
+        ),
+        delivered
+    );
+    next.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }

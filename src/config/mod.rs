@@ -588,9 +588,13 @@ pub struct OtlpExporterConfig {
     /// Headers (gRPC metadata) sent with every request.
     #[serde(default)]
     pub headers: std::collections::BTreeMap<String, String>,
-    /// `gzip` or `none`.
+    /// `gzip`, `zstd` or `none`.
     #[serde(default = "default_compression")]
     pub compression: Compression,
+    /// TLS towards an `https://` endpoint: whom to trust, and the certificate to present.
+    /// Absent: the built-in (Mozilla) roots, no client certificate.
+    #[serde(default)]
+    pub tls: Option<ExporterTlsConfig>,
     /// How long one send may take.
     #[serde(default = "default_export_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
@@ -616,6 +620,23 @@ pub struct OtlpExporterConfig {
     /// At shutdown, how long the queue may take to drain.
     #[serde(default = "default_drain_timeout", deserialize_with = "duration")]
     pub drain_timeout: Duration,
+}
+
+/// `exporters.otlp.tls`: files (PEM, relative to the configuration file) for TLS towards
+/// an `https://` next hop, as the Collector's exporters take them.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExporterTlsConfig {
+    /// CA certificates the next hop's certificate must chain to, instead of the built-in
+    /// roots.
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A client certificate chain to present (mTLS), with `key_file`.
+    #[serde(default)]
+    pub cert_file: Option<std::path::PathBuf>,
+    /// The client certificate's private key.
+    #[serde(default)]
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 impl OtlpExporterConfig {

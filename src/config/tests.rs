@@ -90,6 +90,18 @@ fn bad_configurations_name_the_key() {
             ("exporters: { otlp: { endpoint: 'http://x:1', protocol: thrift } }", "protocol"),
             ("exporters: { otlp: { endpoint: 'http://x:1', on_full: block } }", "on_full"),
             ("exporters: { zipkin: {} }", "zipkin"),
+            (
+                "exporters: { otlp: { endpoint: 'http://x:1', tls: { ca_file: ca.pem } } }",
+                "exporters.otlp.tls",
+            ),
+            (
+                "exporters: { otlp: { endpoint: 'https://x:1', tls: { cert_file: c.pem } } }",
+                "exporters.otlp.tls",
+            ),
+            (
+                "exporters: { otlp: { endpoint: 'https://x:1', tls: { insecure: true } } }",
+                "insecure",
+            ),
             ("alerting: { alertmanager: { url: localhost:9093 } }", "alerting.alertmanager.url"),
             ("alerting: { min_severity: info }", "min_severity"),
             ("alerting: { resolve_after: 0s }", "alerting.resolve_after"),

@@ -117,6 +117,20 @@ impl Config {
                     "must be an http:// or https:// URL such as http://127.0.0.1:4317",
                 );
             }
+            if let Some(tls) = &otlp.tls {
+                if !otlp.endpoint.starts_with("https://") {
+                    return invalid(
+                        "exporters.otlp.tls".into(),
+                        "is for an https:// endpoint; this endpoint is plain http://",
+                    );
+                }
+                if tls.cert_file.is_some() != tls.key_file.is_some() {
+                    return invalid(
+                        "exporters.otlp.tls".into(),
+                        "cert_file and key_file go together: set both or neither",
+                    );
+                }
+            }
             if otlp.queue_size == 0
                 || otlp.batch_size == 0
                 || otlp.queue_size_mib == 0
