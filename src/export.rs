@@ -416,6 +416,18 @@ pub enum Downstream {
     Http(reqwest::Client, String, Packer),
 }
 
+/// Reads and checks the TLS files `config` names (for an `https://` endpoint), as
+/// [`Downstream::new`] does at start: what `refusal-gate validate` runs.
+///
+/// # Errors
+/// Naming the setting and the file that cannot be read or holds no certificate or key.
+pub fn check_tls(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<()> {
+    match (&config.tls, config.endpoint.starts_with("https://")) {
+        (Some(tls), true) => TlsFiles::read(tls, base_dir).map(drop),
+        _ => Ok(()),
+    }
+}
+
 /// The PEM files of `exporters.otlp.tls`, read: what either client is built with.
 struct TlsFiles {
     /// The CA certificates to trust instead of the built-in roots.

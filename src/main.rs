@@ -25,7 +25,7 @@ struct Cli {
 enum Command {
     /// Receive OTLP traces and serve metrics (the default).
     Serve,
-    /// Check a configuration file and exit.
+    /// Check a configuration file, the documents and TLS files it names, and exit.
     Validate,
     /// Print the default configuration, every key with its default.
     DefaultConfig,
@@ -74,6 +74,26 @@ fn load(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 
 /// Reads every file document and `interfaces_from` glob: `validate` fails on any that does
 /// not load (serving would go on without it). URL documents are not fetched.
+/// Reads the TLS files the configuration names (every listener's, the exporter's) and checks
+/// them as `serve` would at start.
+fn validate_tls(config: &Config) -> anyhow::Result<()> {
+    let listeners = [
+        ("receivers.otlp.grpc", &config.receivers.otlp.grpc.tls),
+        ("receivers.otlp.http", &config.receivers.otlp.http.tls),
+        ("admin", &config.admin.tls),
+    ];
+    for (what, tls) in listeners {
+        if let Some(tls) = tls {
+            refusal_gate::tls::Tls::load(tls, &config.base_dir, &[])
+                .map_err(|e| anyhow::anyhow!("{what}.tls: {e}"))?;
+        }
+    }
+    match &config.exporters.otlp {
+        Some(otlp) => refusal_gate::export::check_tls(otlp, &config.base_dir),
+        None => Ok(()),
+    }
+}
+
 fn validate_documents(config: &Config) -> anyhow::Result<usize> {
     let (interfaces, _, reports) = refusal_gate::discovery::loader::load_local(config);
     let bad: Vec<String> = reports
@@ -111,7 +131,7 @@ fn main() -> ExitCode {
         Command::Validate => match &cli.config {
             None => Err(anyhow::anyhow!("validate needs --config FILE")),
             Some(path) => load(Some(path))
-                .and_then(|config| validate_documents(&config))
+                .and_then(|config| validate_tls(&config).and_then(|()| validate_documents(&config)))
                 .map(|n| println!("{}: valid ({n} interfaces)", path.display())),
         },
         Command::Replay { format, files } => {

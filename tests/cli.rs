@@ -151,26 +151,46 @@ fn a_bad_configuration_binds_no_port() {
 }
 
 #[test]
-fn an_exporter_tls_file_that_holds_no_certificate_stops_the_start_naming_it() {
+fn a_tls_file_that_holds_no_certificate_fails_validate_and_the_start_naming_it() {
     let not_pem = temp_file("not-a-ca.pem", "this is no certificate\n");
-    for protocol in ["grpc", "http/protobuf"] {
-        let text = format!(
-            "{}exporters:\n  otlp: {{ endpoint: 'https://127.0.0.1:1', protocol: {protocol}, tls: {{ ca_file: {} }} }}\n",
-            config_on(free_port(), free_port(), free_port()),
+    let exporter = |protocol: &str| {
+        format!(
+            "exporters:\n  otlp: {{ endpoint: 'https://127.0.0.1:1', protocol: {protocol}, tls: {{ ca_file: {} }} }}\n",
             not_pem.display()
-        );
-        let path = temp_file("bad-exporter-ca.yaml", &text);
-        let out = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(&path)
-            .output()
-            .expect("runs");
-        assert_eq!(out.status.code(), Some(2), "{protocol}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("exporters.otlp.tls.ca_file") && stderr.contains("not-a-ca.pem"),
-            "{protocol}: {stderr}"
-        );
+        )
+    };
+    let base = || config_on(free_port(), free_port(), free_port());
+    let listener = base().replacen(
+        " }\n",
+        &format!(
+            ", tls: {{ cert_file: {0}, key_file: {0} }} }}\n",
+            not_pem.display()
+        ),
+        1,
+    );
+    let cases = [
+        (base() + &exporter("grpc"), "exporters.otlp.tls.ca_file"),
+        (
+            base() + &exporter("http/protobuf"),
+            "exporters.otlp.tls.ca_file",
+        ),
+        (listener, "receivers.otlp.grpc.tls: cert_file"),
+    ];
+    for (text, setting) in cases {
+        let path = temp_file("bad-tls-file.yaml", &text);
+        for command in ["validate", "serve"] {
+            let out = Command::new(BIN)
+                .args([command, "--config"])
+                .arg(&path)
+                .output()
+                .expect("runs");
+            assert_eq!(out.status.code(), Some(2), "{command}: {setting}");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(setting) && stderr.contains("not-a-ca.pem"),
+                "{command}: {setting}: {stderr}"
+            );
+        }
     }
 }
 
