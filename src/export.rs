@@ -422,10 +422,17 @@ pub enum Downstream {
 /// # Errors
 /// Naming the setting and the file that cannot be read or holds no certificate or key.
 pub fn check_tls(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<()> {
-    match (&config.tls, config.endpoint.starts_with("https://")) {
-        (Some(tls), true) => TlsFiles::read(tls, base_dir).map(drop),
-        _ => Ok(()),
+    tls_files(config, base_dir).map(drop)
+}
+
+/// The TLS files of an `https://` endpoint, read and checked (none named: the built-in
+/// roots alone); `None` for a plain `http://` one.
+fn tls_files(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<Option<TlsFiles>> {
+    if !config.endpoint.starts_with("https://") {
+        return Ok(None);
     }
+    let none = ExporterTlsConfig::default();
+    TlsFiles::read(config.tls.as_ref().unwrap_or(&none), base_dir).map(Some)
 }
 
 /// The PEM files of `exporters.otlp.tls`, read: what either client is built with.
@@ -449,7 +456,11 @@ impl TlsFiles {
                 _ => Ok(()),
             }
         };
-        let key = |pem: &[u8]| PrivateKeyDer::from_pem_slice(pem).map(drop);
+        let key = |pem: &[u8]| {
+            PrivateKeyDer::from_pem_slice(pem)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
         let read =
             |setting: &str, file: &Option<PathBuf>, check: &dyn Fn(&[u8]) -> Result<(), String>| {
                 let Some(file) = file else { return Ok(None) };
@@ -465,9 +476,7 @@ impl TlsFiles {
             };
         let (cert, key) = (
             read("cert_file", &tls.cert_file, &certificates)?,
-            read("key_file", &tls.key_file, &|pem| {
-                key(pem).map_err(|e| e.to_string())
-            })?,
+            read("key_file", &tls.key_file, &key)?,
         );
         Ok(TlsFiles {
             ca: read("ca_file", &tls.ca_file, &certificates)?,
@@ -668,13 +677,7 @@ impl Downstream {
     /// When the endpoint is not a valid URI, a TLS file cannot be read or used, or the HTTP
     /// client cannot be built.
     pub fn new(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<Downstream> {
-        let tls = config.endpoint.starts_with("https://").then(|| {
-            TlsFiles::read(
-                config.tls.as_ref().unwrap_or(&ExporterTlsConfig::default()),
-                base_dir,
-            )
-        });
-        let tls = tls.transpose()?;
+        let tls = tls_files(config, base_dir)?;
         match config.protocol {
             ExportProtocol::Grpc => {
                 let mut endpoint =
