@@ -331,6 +331,15 @@ impl<'a> ResourceRef<'a> {
 
 /// The key byte of `Span.attributes` (field 9, length-delimited).
 const ATTRIBUTE: u8 = 9 << 3 | 2;
+/// The key bytes of the other `Span` fields read by their key byte: the length-delimited
+/// ids (fields 1, 2, 4), name (5) and events (11), and the fixed64 times (7, 8).
+const TRACE_ID: u8 = 1 << 3 | 2;
+const SPAN_ID: u8 = 2 << 3 | 2;
+const PARENT_SPAN_ID: u8 = 4 << 3 | 2;
+const NAME: u8 = 5 << 3 | 2;
+const EVENT: u8 = 11 << 3 | 2;
+const START: u8 = 7 << 3 | 1;
+const END: u8 = 8 << 3 | 1;
 
 /// One span, read in place.
 #[derive(Debug, Clone, Copy)]
@@ -374,15 +383,44 @@ impl<'a> SpanRef<'a> {
         let mut walk = fields(bytes);
         loop {
             let at = bytes.len() - walk.rest.len();
-            // Most of a span's fields are attributes: counted and stepped over here, their
-            // one-byte key and length read directly.
-            if let Some((&ATTRIBUTE, mut rest)) = walk.rest.split_first() {
-                length_delimited_body(&mut rest).ok_or(Broken)?;
-                walk.rest = rest;
-                span.attribute_count += 1;
-                first = first.min(at);
-                last = bytes.len() - rest.len();
-                continue;
+            // Every field this reads has a one-byte key (fields 1 to 15), written so by every
+            // SDK: read here by that byte, without decoding the key. Most of a span's fields
+            // are attributes: counted and stepped over.
+            if let Some((&key, mut rest)) = walk.rest.split_first() {
+                match key {
+                    ATTRIBUTE => {
+                        length_delimited_body(&mut rest).ok_or(Broken)?;
+                        walk.rest = rest;
+                        span.attribute_count += 1;
+                        first = first.min(at);
+                        last = bytes.len() - rest.len();
+                        continue;
+                    }
+                    TRACE_ID | SPAN_ID | PARENT_SPAN_ID | NAME | EVENT => {
+                        let value = length_delimited_body(&mut rest).ok_or(Broken)?;
+                        walk.rest = rest;
+                        match key {
+                            TRACE_ID => span.trace_id = value,
+                            SPAN_ID => span.span_id = value,
+                            PARENT_SPAN_ID => span.parent_span_id = value,
+                            NAME => span.name = std::str::from_utf8(value).map_err(|_| Broken)?,
+                            _ => span.has_events = true,
+                        }
+                        continue;
+                    }
+                    START | END => {
+                        let (t, rest) = rest.split_first_chunk::<8>().ok_or(Broken)?;
+                        walk.rest = rest;
+                        let t = u64::from_le_bytes(*t);
+                        if key == START {
+                            span.start = t;
+                        } else {
+                            span.end = t;
+                        }
+                        continue;
+                    }
+                    _ => {}
+                }
             }
             let Some(f) = walk.next() else { break };
             match f? {
@@ -479,7 +517,7 @@ mod tests {
     use super::*;
     use crate::otlp::fixtures::{i, s, span};
     use opentelemetry_proto::tonic::trace::v1::span::Event;
-    use opentelemetry_proto::tonic::trace::v1::Status;
+    use opentelemetry_proto::tonic::trace::v1::{Span, Status};
     use prost::Message;
 
     #[test]
@@ -547,6 +585,67 @@ mod tests {
         assert_eq!(collect(&wire), collect(&&owned));
         assert_eq!(collect(&wire).len(), 7);
         assert!(collect(&wire).contains(&"h=array, first Some(\"3\")".to_owned()));
+    }
+
+    #[test]
+    fn a_span_whose_keys_are_written_long_reads_as_the_usual_one() {
+        // The one-byte keys are read directly; the same fields behind keys written in two
+        // bytes (a valid, if unusual, varint) take the general path and must read alike.
+        let mut owned = span("GET", vec![s("http.request.method", "GET")]);
+        owned.parent_span_id = vec![7; 8];
+        owned.events.push(Event {
+            name: "exception".into(),
+            attributes: vec![s("exception.type", "Timeout")],
+            ..Default::default()
+        });
+        owned.status = Some(Status {
+            code: 2,
+            message: String::new(),
+        });
+        let short = owned.encode_to_vec();
+        let mut long = Vec::new();
+        for field in raw_fields(&short) {
+            let raw = field.expect("valid").raw;
+            if raw[0] < 0x80 {
+                long.extend([raw[0] | 0x80, 0x00]);
+                long.extend(&raw[1..]);
+            } else {
+                long.extend(raw);
+            }
+        }
+        assert_eq!(Span::decode(&long[..]).expect("prost reads it"), owned);
+        let (a, b) = (
+            SpanRef::parse(&short).expect("valid"),
+            SpanRef::parse(&long).expect("valid"),
+        );
+        let read = |v: &SpanRef<'_>| {
+            let mut attributes = Vec::new();
+            v.attributes(usize::MAX, &mut |k, val| {
+                attributes.push((k.to_vec(), val.as_str().map(str::to_owned)))
+            });
+            let mut exceptions = Vec::new();
+            v.exception_types(&mut |t| {
+                exceptions.push(t.to_owned());
+                false
+            });
+            (
+                (
+                    v.trace_id().to_vec(),
+                    v.span_id().to_vec(),
+                    v.parent_span_id().to_vec(),
+                ),
+                (v.name().to_owned(), v.kind(), v.start(), v.end()),
+                (
+                    v.status_error(),
+                    v.attribute_count(),
+                    attributes,
+                    exceptions,
+                ),
+            )
+        };
+        assert_eq!(read(&a), read(&b));
+        assert_eq!(b.parent_span_id(), &[7; 8]);
+        assert!(b.status_error());
     }
 
     #[test]
