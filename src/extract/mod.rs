@@ -144,8 +144,9 @@ struct Slots<'a> {
     http_url: Option<&'a str>,
     url_scheme: Option<&'a str>,
     http_scheme: Option<&'a str>,
-    server_address: Option<&'a str>,
-    net_peer_name: Option<&'a str>,
+    // Checked as UTF-8 only when used: a URL, when there is one, names the server instead.
+    server_address: Option<Val<'a>>,
+    net_peer_name: Option<Val<'a>>,
     server_port: Option<i64>,
     net_peer_port: Option<i64>,
     url_path: Option<&'a str>,
@@ -198,8 +199,8 @@ impl<'a> Slots<'a> {
             b"http.url" => self.http_url = as_str(v),
             b"url.scheme" => self.url_scheme = as_str(v),
             b"http.scheme" => self.http_scheme = as_str(v),
-            b"server.address" => self.server_address = as_str(v),
-            b"net.peer.name" => self.net_peer_name = as_str(v),
+            b"server.address" => self.server_address = Some(v),
+            b"net.peer.name" => self.net_peer_name = Some(v),
             b"server.port" => self.server_port = as_int(v),
             b"net.peer.port" => self.net_peer_port = as_int(v),
             b"url.path" => self.url_path = as_str(v),
@@ -570,7 +571,8 @@ fn locate<'a>(s: &Slots<'a>) -> (Option<OriginParts<'a>>, Option<&'a str>) {
     let path = s.url_path.or(s.http_target).map(url::path_of);
     let Some(host) = s
         .server_address
-        .or(s.net_peer_name)
+        .and_then(as_str)
+        .or_else(|| s.net_peer_name.and_then(as_str))
         .filter(|h| !h.is_empty())
     else {
         return (None, path);
