@@ -427,6 +427,15 @@ impl Group {
             at
         };
 
+        let len = key.history.len();
+        if len == key.history.capacity() {
+            // Doubled as a Vec grows, but never past what a key can hold: its settled depth
+            // and MAX_PENDING_PER_KEY more, the arriving one included (a flooded key's last
+            // doubling would take 48 entries where 38 are ever used).
+            let bound = p.depth + MAX_PENDING_PER_KEY + 1;
+            let grown = (2 * len).min(bound).max(len + 1);
+            key.history.reserve_exact(grown - len);
+        }
         let lists = &mut self.lists;
         if read {
             lists.first_read = Some(lists.first_read.map_or(obs.end, |f| f.min(obs.end)));
@@ -796,7 +805,54 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::Delay;
+    use super::{Delay, Group, Key, Observation, Params, MAX_PENDING_PER_KEY};
+    use crate::classify::Outcome;
+    use crate::config::TrackerConfig;
+    use crate::discovery::Declared;
+    use crate::extract::Discovery;
+    use crate::tracker::GroupId;
+
+    #[test]
+    fn a_flooded_key_grows_its_history_no_further_than_it_can_hold() {
+        let p = Params::new(&TrackerConfig::default());
+        let mut group = Group::new(0);
+        group.keys.insert(1, Key::new(&p, "op"));
+        let mut out = Vec::new();
+        let bound = p.depth + MAX_PENDING_PER_KEY + 1;
+        let mut most = 0;
+        // 200 attempts within one reorder window: none settles by age, so the key fills to
+        // its pending bound again and again.
+        for n in 0..200u64 {
+            let obs = Observation {
+                group: GroupId {
+                    client: 0,
+                    interface: 0,
+                },
+                operation: 1,
+                labels: 0,
+                start: n * 1_000,
+                end: n * 1_000 + 500,
+                outcome: Outcome::Ok,
+                declared: Declared::Unknown,
+                discovery: Discovery::None,
+                retry_after: None,
+                trace_id: [0; 16],
+                span_id: n.to_be_bytes(),
+            };
+            group
+                .observe(0, &obs, &p, &mut out)
+                .expect("the key is there");
+            let history = &group.keys[&1].history;
+            most = most.max(history.len());
+            assert!(
+                history.capacity() <= bound,
+                "{} > {bound}",
+                history.capacity()
+            );
+        }
+        // Full, once trimmed after each arrival: the arriving one took the last place.
+        assert_eq!(most, bound - 1, "it did fill up");
+    }
 
     #[test]
     fn an_entry_is_48_bytes() {
