@@ -383,9 +383,10 @@ impl<'a> SpanRef<'a> {
         let mut walk = fields(bytes);
         loop {
             let at = bytes.len() - walk.rest.len();
-            // Every field this reads has a one-byte key (fields 1 to 15), written so by every
-            // SDK: read here by that byte, without decoding the key. Most of a span's fields
-            // are attributes: counted and stepped over.
+            // The fields read most (every SDK writes fields 1 to 15 behind a one-byte key) are
+            // read here by that byte, without decoding the key; the rest, and a key written
+            // longer, take the general walk below. Most of a span's fields are attributes:
+            // counted and stepped over.
             if let Some((&key, mut rest)) = walk.rest.split_first() {
                 match key {
                     ATTRIBUTE => {
