@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # User-space instructions per span, counted by valgrind's callgrind on the release server
-# under the load generator: a figure that, unlike CPU time, does not move with whatever else
-# the machine is doing (the same binary gives it within about 1.5 %). It leaves out the
+# under the load generator: a figure that moves far less than CPU time with whatever else the
+# machine is doing (the same binary gives it within about 1.5 % on an idle machine, a few per
+# cent on a busy one: the tracker settles by the clock). It leaves out the
 # kernel and the cost of cache misses, which CPU time includes; compare builds with it, and
 # measure end to end with benches/e2e.sh.
 #   benches/instructions.sh [SECONDS [LOADGEN OPTIONS...]]   (default 6 seconds)
