@@ -432,8 +432,7 @@ impl Group {
             // Doubled as a Vec grows, but never past what a key can hold: its settled depth
             // and MAX_PENDING_PER_KEY more, the arriving one included (a flooded key's last
             // doubling would take 48 entries where 38 are ever used).
-            let bound = p.depth + MAX_PENDING_PER_KEY + 1;
-            let grown = (2 * len).min(bound).max(len + 1);
+            let grown = (2 * len).min(most_held(p)).max(len + 1);
             key.history.reserve_exact(grown - len);
         }
         let lists = &mut self.lists;
@@ -713,6 +712,12 @@ fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
 /// leave (refusals among them judged by what the history shows); pending ones stay until they
 /// settle, unless a key holds more than `depth + MAX_PENDING_PER_KEY`, when the oldest settle
 /// early. Returns how many pending entries it settled.
+/// The most attempts a key's history holds at once: its settled depth, the pending ones
+/// past it before the oldest settle early, and the one arriving before it is trimmed.
+fn most_held(p: &Params) -> usize {
+    p.depth + MAX_PENDING_PER_KEY + 1
+}
+
 fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) -> u32 {
     let len = key.history.len();
     // Over the pending bound, settle down to half of it at once: a flooded key pays one
@@ -805,7 +810,7 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Delay, Group, Key, Observation, Params, MAX_PENDING_PER_KEY};
+    use super::{most_held, Delay, Group, Key, Observation, Params};
     use crate::classify::Outcome;
     use crate::config::TrackerConfig;
     use crate::discovery::Declared;
@@ -818,7 +823,7 @@ mod tests {
         let mut group = Group::new(0);
         group.keys.insert(1, Key::new(&p, "op"));
         let mut out = Vec::new();
-        let bound = p.depth + MAX_PENDING_PER_KEY + 1;
+        let bound = most_held(&p);
         let mut most = 0;
         // 200 attempts within one reorder window: none settles by age, so the key fills to
         // its pending bound again and again.
