@@ -7,33 +7,50 @@
 # measure end to end with benches/e2e.sh.
 #   benches/instructions.sh [SECONDS [LOADGEN OPTIONS...]]   (default 6 seconds)
 # PROTOCOL=grpc (default) or http; SERVER=path measures another build (an older one, for an
-# A/B). The load generator first runs 3 seconds so that every key is known, then the counters
-# are zeroed and the measured run starts. Prints spans, instructions per span without the
-# sweeper (it runs by the clock, and under valgrind the clock runs fast against the work),
-# and where they go.
+# A/B); WARM=seconds of load before the count starts (default 10: every key known and its
+# history grown). One load run does both, so its span times run on in order: a second run
+# would start its times over, and the server would take every span of it for a late arrival
+# and measure that path instead. The load generator is paused (SIGSTOP) while the counters
+# are zeroed after the warm-up and again while they are dumped SECONDS later, so that the
+# server's own count of spans accepted, read in both pauses, covers the same work. Prints
+# spans, instructions per span without the sweeper (it runs by the clock, and under
+# valgrind the clock runs fast against the work), and where they go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-6}
 shift || true
+warm=${WARM:-10}
 work=$(mktemp -d)
-trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "${pid:-0}" "${load_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 out="$work/callgrind.out"
 start_server "" -- taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out"
 port=$grpc
 [[ ${PROTOCOL:-grpc} == http ]] && port=$http
-load() {
-  taskset -c 1 target/release/examples/loadgen --protocol "${PROTOCOL:-grpc}" \
-    --endpoint "http://127.0.0.1:$port" --concurrency 8 "$@" | tail -1
+# The spans the server has accepted so far, by its own counter.
+accepted() {
+  curl -s "http://127.0.0.1:$admin/metrics" |
+    awk '$1 ~ /^refusal_gate_receiver_accepted_spans_total/ { n += $2 } END { printf "%d", n }'
 }
-load --duration 3 "$@" >/dev/null
+taskset -c 1 target/release/examples/loadgen --protocol "${PROTOCOL:-grpc}" \
+  --endpoint "http://127.0.0.1:$port" --concurrency 8 --duration $((warm + seconds + 30)) "$@" \
+  >/dev/null &
+load_pid=$!
+# Stops the load and lets the requests in flight finish.
+pause() { kill -STOP "$load_pid"; sleep 1; }
+sleep "$warm"
+pause
+before=$(accepted)
 callgrind_control -z "$pid" >/dev/null 2>&1
-result=$(load --duration "$seconds" "$@")
+kill -CONT "$load_pid"
+sleep "$seconds"
+pause
 callgrind_control -d "$pid" >/dev/null 2>&1
-kill "$pid"
+spans=$(($(accepted) - before))
+kill -CONT "$load_pid"
+kill "$load_pid" "$pid"
 wait "$pid" 2>/dev/null || true
-spans=$(tr ' ' '\n' <<<"$result" | sed -n 's/^spans=//p')
 dump=$(ls "$out".* | head -1)
 callgrind_annotate --inclusive=yes "$dump" 2>/dev/null > "$work/inclusive"
 # The inclusive count of the first line naming FUNCTION, 0 when none does.
