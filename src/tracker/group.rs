@@ -193,6 +193,9 @@ pub(super) struct Key {
     /// How many attempts at the front of the history are settled (at least): what trimming
     /// may drop without reading them.
     settled_prefix: u32,
+    /// The most attempts the history held since its pending ones last settled: whether it
+    /// was flooded, and keeps the room it grew (see `give_back`).
+    held_most: u32,
     /// Sorted by (start, end, span id); at most `Params::depth` entries.
     history: Vec<Entry>,
     /// What the in-order path needs of the history.
@@ -212,6 +215,7 @@ impl Key {
             last_seen: 0,
             operation: Arc::from(&operation[..cut]),
             settled_prefix: 0,
+            held_most: 0,
             history: Vec::with_capacity(p.depth + 1),
             tail: Tail::EMPTY,
         }
@@ -487,6 +491,7 @@ impl Group {
             attempt: u32::from(attempt),
             discovery_read: self.lists.read_before(obs.start),
         };
+        key.held_most = key.held_most.max(key.history.len() as u32);
         self.pending -= trim_key(key, self.labels, now, p, out);
         if others_affected {
             // Only a read or a refusal reaches across keys, and only when it arrived late.
@@ -525,6 +530,7 @@ impl Group {
             }
             key.settled_prefix = key.history.len() as u32;
             trim_key(key, self.labels, now, p, out);
+            give_back(key, p);
         }
         self.pending = 0;
     }
@@ -755,15 +761,27 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
     }
     key.history.drain(..leave);
     key.settled_prefix = key.settled_prefix.saturating_sub(leave as u32);
-    if key.history.capacity() > p.depth + 1 && key.history.len() <= p.depth + 1 {
-        // A burst of pending attempts grew the history; give the memory back once it
-        // settles. A fresh allocation, not `shrink_to`: shrinking in place leaves a hole
-        // beside every key that the allocator rarely fills (measured: 1.2 KB a key).
+    settled
+}
+
+/// Once a key's pending attempts have settled: the room a burst grew its history to is
+/// given back, unless the key filled it — held more pending attempts than
+/// `MAX_PENDING_PER_KEY` since they last settled, so that the oldest settled early. Such a
+/// key is flooded (every key is, at a few hundred attempts a second), and would grow its
+/// history again at once through three reallocations of up to 1.8 KB each, every reorder
+/// window: at 1,000 clients, 45,000 keys doing so kept the allocator busy
+/// (docs/performance.md). It gives the room back after a window in which it was not
+/// flooded; what a key holds stays bounded by [`most_held`] either way. A fresh allocation,
+/// not `shrink_to`: shrinking in place leaves a hole beside every key that the allocator
+/// rarely fills (measured: 1.2 KB a key).
+fn give_back(key: &mut Key, p: &Params) {
+    let flooded = key.held_most as usize > p.depth + MAX_PENDING_PER_KEY;
+    key.held_most = key.history.len() as u32;
+    if !flooded && key.history.capacity() > p.depth + 1 && key.history.len() <= p.depth + 1 {
         let mut fresh = Vec::with_capacity(p.depth + 1);
         fresh.append(&mut key.history);
         key.history = fresh;
     }
-    settled
 }
 
 fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) {
@@ -817,35 +835,45 @@ mod tests {
     use crate::extract::Discovery;
     use crate::tracker::GroupId;
 
+    /// The `n`th attempt of operation 1, in order, every one succeeding.
+    fn attempt(n: u64) -> Observation {
+        Observation {
+            group: GroupId {
+                client: 0,
+                interface: 0,
+            },
+            operation: 1,
+            labels: 0,
+            start: n * 1_000,
+            end: n * 1_000 + 500,
+            outcome: Outcome::Ok,
+            declared: Declared::Unknown,
+            discovery: Discovery::None,
+            retry_after: None,
+            trace_id: [0; 16],
+            span_id: n.to_be_bytes(),
+        }
+    }
+
+    /// A group with one key, operation 1.
+    fn one_key(p: &Params) -> Group {
+        let mut group = Group::new(0);
+        group.keys.insert(1, Key::new(p, "op"));
+        group
+    }
+
     #[test]
     fn a_flooded_key_grows_its_history_no_further_than_it_can_hold() {
         let p = Params::new(&TrackerConfig::default());
-        let mut group = Group::new(0);
-        group.keys.insert(1, Key::new(&p, "op"));
+        let mut group = one_key(&p);
         let mut out = Vec::new();
         let bound = most_held(&p);
         let mut most = 0;
         // 200 attempts within one reorder window: none settles by age, so the key fills to
         // its pending bound again and again.
         for n in 0..200u64 {
-            let obs = Observation {
-                group: GroupId {
-                    client: 0,
-                    interface: 0,
-                },
-                operation: 1,
-                labels: 0,
-                start: n * 1_000,
-                end: n * 1_000 + 500,
-                outcome: Outcome::Ok,
-                declared: Declared::Unknown,
-                discovery: Discovery::None,
-                retry_after: None,
-                trace_id: [0; 16],
-                span_id: n.to_be_bytes(),
-            };
             group
-                .observe(0, &obs, &p, &mut out)
+                .observe(0, &attempt(n), &p, &mut out)
                 .expect("the key is there");
             let history = &group.keys[&1].history;
             most = most.max(history.len());
@@ -857,6 +885,34 @@ mod tests {
         }
         // Full, once trimmed after each arrival: the arriving one took the last place.
         assert_eq!(most, bound - 1, "it did fill up");
+    }
+
+    #[test]
+    fn a_flooded_key_keeps_its_room_across_a_settle_and_gives_it_back_after_a_burst() {
+        let p = Params::new(&TrackerConfig::default());
+        let mut group = one_key(&p);
+        let mut out = Vec::new();
+        let room = |group: &Group| group.keys[&1].history.capacity();
+        let mut n = 0;
+        let mut send = |group: &mut Group, attempts: u64| {
+            for _ in 0..attempts {
+                group.observe(0, &attempt(n), &p, &mut out);
+                n += 1;
+            }
+            group.settle(0, &p, &mut Vec::new());
+        };
+        // Past the pending bound within one reorder window: flooded.
+        send(&mut group, 60);
+        assert_eq!(
+            room(&group),
+            most_held(&p),
+            "flooded: it will need the room again"
+        );
+        send(&mut group, 60);
+        assert_eq!(room(&group), most_held(&p), "still flooded");
+        // A burst within the bound: the room goes back when it settles.
+        send(&mut group, 20);
+        assert_eq!(room(&group), p.depth + 1, "a burst: given back");
     }
 
     #[test]
