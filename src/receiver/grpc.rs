@@ -59,6 +59,14 @@ impl Encoder for ResponseEncoder {
         item.encode(dst)
             .map_err(|e| Status::internal(format!("encoding the response: {e}")))
     }
+
+    /// A response's buffer starts at 256 bytes rather than tonic's 8 KiB: an answer is
+    /// empty, or a partial success of a few dozen bytes, and 8 KiB taken from the allocator
+    /// for every request cost about 1 % of the server's time at 1,000 clients, where the
+    /// heap is crowded with the keys' histories (the buffer grows if a message needs more).
+    fn buffer_settings(&self) -> tonic::codec::BufferSettings {
+        tonic::codec::BufferSettings::new(256, 256)
+    }
 }
 
 impl Codec for RawCodec {
