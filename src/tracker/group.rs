@@ -193,9 +193,12 @@ pub(super) struct Key {
     /// How many attempts at the front of the history are settled (at least): what trimming
     /// may drop without reading them.
     settled_prefix: u32,
-    /// The most attempts the history held since its pending ones last settled: whether it
-    /// was flooded, and keeps the room it grew (see `give_back`).
-    held_most: u32,
+    /// The most attempts the history held since its pending ones last settled (saturating):
+    /// whether it was flooded, and keeps the room it grew (see `give_back`).
+    held_most: u16,
+    /// The history may hold a settled refusal not yet judged honored or not: the sweep's
+    /// judging reads the histories of these keys alone (see `judge_key`).
+    unjudged: bool,
     /// Sorted by (start, end, span id); at most `Params::depth` entries.
     history: Vec<Entry>,
     /// What the in-order path needs of the history.
@@ -216,6 +219,7 @@ impl Key {
             operation: Arc::from(&operation[..cut]),
             settled_prefix: 0,
             held_most: 0,
+            unjudged: false,
             history: Vec::with_capacity(p.depth + 1),
             tail: Tail::EMPTY,
         }
@@ -313,6 +317,7 @@ impl Group {
             }
             key.settled_prefix = key.history.len() as u32;
             key.tail = Tail::of(&key.history);
+            key.unjudged = true;
             group.keys.insert(k.operation_hash, key);
         }
         group
@@ -491,7 +496,7 @@ impl Group {
             attempt: u32::from(attempt),
             discovery_read: self.lists.read_before(obs.start),
         };
-        key.held_most = key.held_most.max(key.history.len() as u32);
+        key.held_most = key.held_most.max(held(&key.history));
         self.pending -= trim_key(key, self.labels, now, p, out);
         if others_affected {
             // Only a read or a refusal reaches across keys, and only when it arrived late.
@@ -526,6 +531,7 @@ impl Group {
         for key in self.keys.values_mut() {
             for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                 e.set(SETTLED);
+                key.unjudged |= e.kind.class() == Class::Refusal;
                 out.push(counted(self.labels, &key.operation, e));
             }
             key.settled_prefix = key.history.len() as u32;
@@ -543,7 +549,7 @@ impl Group {
     /// Counts the settled refusals whose `probe_window` has passed with no attempt after
     /// them on their key as honored.
     pub(super) fn judge_refusals(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
-        for key in self.keys.values_mut() {
+        for key in self.keys.values_mut().filter(|k| k.unjudged) {
             judge_key(key, self.labels, now, p, out);
         }
     }
@@ -764,6 +770,11 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
     settled
 }
 
+/// How many attempts a history holds, for [`Key::held_most`].
+fn held(history: &[Entry]) -> u16 {
+    u16::try_from(history.len()).unwrap_or(u16::MAX)
+}
+
 /// Once a key's pending attempts have settled: the room a burst grew its history to is
 /// given back, unless the key filled it — held more pending attempts than
 /// `MAX_PENDING_PER_KEY` since they last settled, so that the oldest settled early. Such a
@@ -775,8 +786,8 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
 /// not `shrink_to`: shrinking in place leaves a hole beside every key that the allocator
 /// rarely fills (measured: 1.2 KB a key).
 fn give_back(key: &mut Key, p: &Params) {
-    let flooded = key.held_most as usize > p.depth + MAX_PENDING_PER_KEY;
-    key.held_most = key.history.len() as u32;
+    let flooded = usize::from(key.held_most) > p.depth + MAX_PENDING_PER_KEY;
+    key.held_most = held(&key.history);
     if !flooded && key.history.capacity() > p.depth + 1 && key.history.len() <= p.depth + 1 {
         let mut fresh = Vec::with_capacity(p.depth + 1);
         fresh.append(&mut key.history);
@@ -784,7 +795,10 @@ fn give_back(key: &mut Key, p: &Params) {
     }
 }
 
+/// Judges the settled refusals of a key whose `probe_window` has passed, and notes whether
+/// any is left to judge ([`Key::unjudged`]).
 fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+    let mut waiting = false;
     for i in 0..key.history.len() {
         let e = &key.history[i];
         if e.has(JUDGED) || !e.has(SETTLED) || e.kind.class() != Class::Refusal {
@@ -792,6 +806,7 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
         }
         let window_end = e.end.saturating_add(p.probe_window);
         if now < window_end {
+            waiting = true;
             continue;
         }
         let followed = key.history[i + 1..]
@@ -803,6 +818,7 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
             out.push(Event::Honored { labels });
         }
     }
+    key.unjudged = waiting;
 }
 
 fn counted(labels: u32, operation: &Arc<str>, e: &Entry) -> Event {
