@@ -11,8 +11,10 @@
 # sink that drops them (examples/sink.rs, on the load generator's core); COMPRESSION=gzip
 # (the exporter's default), zstd or none is the forwarding's compression.
 # BASELINE=path/to/an/older/refusal-gate: every full-speed run is made with that binary
-# and with this one, alternately (ROUNDS pairs, default 3), and both medians are reported —
-# compare within one run, the machines are shared.
+# and with this one, alternately (ROUNDS pairs, default 3, each pair in the other order from
+# the last), and both medians are reported, with the median of the pairs' ratios of CPU
+# per span (an odd ROUNDS gives a true median) — compare within one run, the machines are
+# shared.
 #
 # Every run gets a fresh server: the load generator's span times start over each run, and a
 # server that had seen the previous run would take them all as late arrivals.
@@ -82,15 +84,20 @@ else
 fi
 printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' transport binary spans/s cpu-s/Mspans Mspans/cpu-s keys peak-RSS p50@half p99@half
 for transport in grpc http; do
-  declare -A rates=() cpus=() last_rss=() last_keys=()
-  for _ in $(seq "$rounds"); do
-    for i in "${!binaries[@]}"; do
+  declare -A rates=() cpus=() last_rss=() last_keys=() pair=()
+  ratios=""
+  for round in $(seq "$rounds"); do
+    order=("${!binaries[@]}")
+    ((round % 2 == 0)) && order=($(printf '%s\n' "${order[@]}" | tac))
+    for i in "${order[@]}"; do
       load "${binaries[$i]}" "$transport"
       rates[$i]+="$(field "$out" spans_per_sec) "
       cpus[$i]+="$cpu_per_m "
+      pair[$i]=$cpu_per_m
       last_rss[$i]=$rss
       last_keys[$i]=$keys
     done
+    [[ -n $baseline ]] && ratios+="$(awk -v a="${pair[0]}" -v b="${pair[1]}" 'BEGIN { printf "%.3f", b / a }') "
   done
   for i in "${!binaries[@]}"; do
     rate=$(median "${rates[$i]}") full_cpu=$(median "${cpus[$i]}")
@@ -103,5 +110,8 @@ for transport in grpc http; do
       "$full_cpu" "$(awk -v c="$full_cpu" 'BEGIN { printf "%.2fM", 1 / c }')" "${last_keys[$i]}" \
       "${last_rss[$i]}" "$p50" "$p99"
   done
-  unset rates cpus last_rss last_keys
+  if [[ -n $baseline ]]; then
+    echo "$transport: this/baseline CPU per span, median of $rounds pairs: $(median "$ratios") (pairs: $ratios)"
+  fi
+  unset rates cpus last_rss last_keys pair
 done
