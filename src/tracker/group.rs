@@ -776,11 +776,11 @@ fn held(history: &[Entry]) -> u16 {
 }
 
 /// Once a key's pending attempts have settled: the room a burst grew its history to is
-/// given back, unless the key filled it — held more pending attempts than
-/// `MAX_PENDING_PER_KEY` since they last settled, so that the oldest settled early. Such a
-/// key is flooded (every key is, at a few hundred attempts a second), and would grow its
-/// history again at once through three reallocations of up to 1.8 KB each, every reorder
-/// window: at 1,000 clients, 45,000 keys doing so kept the allocator busy
+/// given back, unless the key filled it — held its depth and `MAX_PENDING_PER_KEY` pending
+/// attempts since they last settled, so that the oldest settled early. Such a key is flooded
+/// (under the load generator at 1,000 clients, every key takes some 40 attempts a reorder
+/// window) and would grow its history again at once, through three reallocations of up to
+/// 1.8 KB each, every window: 45,000 keys doing so kept the allocator busy
 /// (docs/performance.md). It gives the room back after a window in which it was not
 /// flooded; what a key holds stays bounded by [`most_held`] either way. A fresh allocation,
 /// not `shrink_to`: shrinking in place leaves a hole beside every key that the allocator
