@@ -258,6 +258,22 @@ mod tests {
             "http://h:0"
         );
         assert!(Origin::new("http", &"x".repeat(400), None).is_none());
+        // 192 bytes fit, 193 do not, the port counted; only ASCII letters are lower-cased.
+        let fits = "h".repeat(Origin::MAX - "http://".len());
+        assert_eq!(
+            Origin::new("http", &fits, None)
+                .expect("fits")
+                .as_str()
+                .len(),
+            192
+        );
+        assert!(Origin::new("http", &format!("{fits}h"), None).is_none());
+        let room_for_port = &fits[..fits.len() - 5];
+        let o = Origin::new("http", room_for_port, Some(8080)).expect("fits");
+        assert!(o.as_str().ends_with("hhh:8080"));
+        assert!(Origin::new("http", &fits[..fits.len() - 4], Some(8080)).is_none());
+        let o = Origin::new("HTTPS", "Bücher.Example", Some(8443)).expect("fits");
+        assert_eq!(o.as_str(), "https://bücher.example:8443");
         assert_eq!(origin("http", "H", Some(65535)), "http://h:65535");
     }
 
