@@ -21,7 +21,8 @@ seconds=${1:-6}
 shift || true
 warm=${WARM:-10}
 work=$(mktemp -d)
-trap 'kill "${pid:-0}" "${load_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
+# A paused load generator is continued before it is stopped: SIGTERM waits on a stopped one.
+trap 'kill -CONT "${load_pid:-0}" 2>/dev/null; kill "${pid:-0}" "${load_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 out="$work/callgrind.out"

@@ -776,8 +776,8 @@ fn held(history: &[Entry]) -> u16 {
 }
 
 /// Once a key's pending attempts have settled: the room a burst grew its history to is
-/// given back, unless the key filled it — held its depth and `MAX_PENDING_PER_KEY` pending
-/// attempts since they last settled, so that the oldest settled early. Such a key is flooded
+/// given back, unless the key filled it — held as many attempts as it can ([`most_held`])
+/// since they last settled, so that the oldest settled early. Such a key is flooded
 /// (under the load generator at 1,000 clients, every key takes some 40 attempts a reorder
 /// window) and would grow its history again at once, through three reallocations of up to
 /// 1.8 KB each, every window: 45,000 keys doing so kept the allocator busy
@@ -786,7 +786,7 @@ fn held(history: &[Entry]) -> u16 {
 /// not `shrink_to`: shrinking in place leaves a hole beside every key that the allocator
 /// rarely fills (measured: 1.2 KB a key).
 fn give_back(key: &mut Key, p: &Params) {
-    let flooded = usize::from(key.held_most) > p.depth + MAX_PENDING_PER_KEY;
+    let flooded = usize::from(key.held_most) >= most_held(p);
     key.held_most = held(&key.history);
     if !flooded && key.history.capacity() > p.depth + 1 && key.history.len() <= p.depth + 1 {
         let mut fresh = Vec::with_capacity(p.depth + 1);
