@@ -62,6 +62,11 @@ pub struct Pipeline {
     /// on one, a server resource's spans, a sweep), for a few map operations, never across an
     /// `.await`; every other request never touches it.
     calls: Mutex<calls::Calls>,
+    /// Held while verdicts are settled and until they are counted ([`Pipeline::settle`],
+    /// [`Pipeline::sweep`], [`Pipeline::finish`]): a scrape that settles during a sweep waits
+    /// for the sweep's verdicts to be counted rather than reading the counters without them.
+    /// Never taken on the ingest path.
+    settling: Mutex<()>,
 }
 
 /// What one request carries through the ingest path.
@@ -119,6 +124,7 @@ impl Pipeline {
             seed,
             max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
             calls: Mutex::new(calls),
+            settling: Mutex::new(()),
         }
     }
 
@@ -198,6 +204,10 @@ impl Pipeline {
 
     fn calls(&self) -> MutexGuard<'_, calls::Calls> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn settling(&self) -> MutexGuard<'_, ()> {
+        self.settling.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// One export request, from either receiver, at `now`: framing checked (OTLP/JSON made
@@ -498,6 +508,7 @@ impl Pipeline {
 
     /// Settles pending verdicts at `now` (all of them when `force`) and records them.
     pub fn settle(&self, force: bool, now: Nanos) {
+        let _settling = self.settling();
         let mut events = Vec::new();
         // Held server spans wait out their window even then: a scrape must not take a span
         // whose parent is on its way for one of its own.
@@ -509,19 +520,23 @@ impl Pipeline {
     /// Ends a replay at `now` (its last span time): settles every verdict and judges every
     /// refusal as if the clock had run past all their windows.
     pub fn finish(&self, now: Nanos) {
+        let settling = self.settling();
         let mut events = Vec::new();
         self.release_held(now, true, &mut events);
         self.tracker.finish(&mut events);
         self.record(&events, now);
+        drop(settling);
         self.metrics.set_tracker_keys(self.tracker.keys());
     }
 
     /// The periodic sweep at `now`: settles, counts honored refusals, expires keys and series.
     pub fn sweep(&self, now: Nanos) {
+        let settling = self.settling();
         let mut events = Vec::new();
         self.release_held(now, false, &mut events);
         self.tracker.sweep(now, &mut events);
         self.record(&events, now);
+        drop(settling);
         self.metrics.set_tracker_keys(self.tracker.keys());
         self.metrics.sweep(now / crate::clock::SECOND);
     }

@@ -1,6 +1,7 @@
 //! Tests of the processor on its one entry point: a broken span costs only itself and the
 //! rest is forwarded; broken framing is malformed on both encodings; attributes past the
-//! limit are not read; a gRPC attempt is placed by its path; discovery asked and read.
+//! limit are not read; a gRPC attempt is placed by its path; discovery asked and read; a
+//! scrape during a sweep counts what the sweep settled.
 
 use super::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -255,6 +256,100 @@ interfaces:
         ]),
         Discovery::Read
     );
+}
+
+#[test]
+fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
+    use crate::otlp::fixtures::{i, s, span};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let pipeline = Arc::new(Pipeline::from_config(&crate::config::Config::default()));
+    let window = pipeline.tracker().reorder_window();
+    // `n` attempts at `at`, of clients `0..n`: each its own group, spread over the tracker's
+    // shards.
+    let send = |n: u64, at: Nanos| {
+        let body = ExportTraceServiceRequest {
+            resource_spans: (0..n)
+                .map(|k| {
+                    let mut sp = span(
+                        "GET",
+                        vec![
+                            s("http.request.method", "GET"),
+                            s("url.full", "http://o.test/x"),
+                            i("http.response.status_code", 200),
+                        ],
+                    );
+                    sp.span_id = (at + k).to_be_bytes().to_vec();
+                    (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
+                    ResourceSpans {
+                        resource: Some(Resource {
+                            attributes: vec![s("service.name", &format!("c{k}"))],
+                            ..Default::default()
+                        }),
+                        scope_spans: vec![ScopeSpans {
+                            spans: vec![sp],
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+        };
+        pipeline
+            .handle(
+                Transport::Http,
+                &body.encode_to_vec(),
+                Encoding::Protobuf,
+                at,
+            )
+            .expect("accepted");
+    };
+    let counted = || -> u64 {
+        let fleet = pipeline.metrics().fleet();
+        fleet.iter().map(|p| p.attempts.iter().sum::<u64>()).sum()
+    };
+    // The sweeper sweeps one window after `now`, and says when a sweep began and how long
+    // the last one took.
+    let (now, begun, took, done) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let sweeper = {
+        let (pipeline, now, begun, took, done) = (
+            Arc::clone(&pipeline),
+            Arc::clone(&now),
+            Arc::clone(&begun),
+            Arc::clone(&took),
+            Arc::clone(&done),
+        );
+        std::thread::spawn(move || {
+            while !done.load(SeqCst) {
+                let started = std::time::Instant::now();
+                begun.fetch_add(1, SeqCst);
+                pipeline.sweep(now.load(SeqCst) + window);
+                took.store(started.elapsed().as_nanos() as u64, SeqCst);
+            }
+        })
+    };
+    // Groups enough that a sweep takes a while to pass them and to count their attempts.
+    const SPANS: u64 = 2_000;
+    for round in 0..10 {
+        let at = (round + 1) * 3 * window;
+        send(SPANS, at);
+        // The attempts become due for the sweeper; a scrape comes halfway through a sweep,
+        // when some of them are settled and not yet counted.
+        now.store(at, SeqCst);
+        let seen = begun.load(SeqCst);
+        while begun.load(SeqCst) == seen {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(std::time::Duration::from_nanos(took.load(SeqCst) / 2));
+        pipeline.settle(true, at);
+        assert_eq!(counted(), (round + 1) * SPANS, "round {round}");
+    }
+    done.store(true, SeqCst);
+    sweeper.join().expect("the sweeper ends");
 }
 
 /// The server view's tests: a resource observed from the server's side, and its spans.
