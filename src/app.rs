@@ -673,8 +673,8 @@ impl Server {
     /// Stops in stages, within `service.shutdown_timeout` in all: the receivers (drained
     /// within their share), the tracker's last settlement, the last alerts and the export
     /// queue (each within its share), then the state file (within what is left: a write
-    /// still running then is abandoned, and the previous file stays whole), then the admin
-    /// endpoint.
+    /// still running then is abandoned, and the previous file stays whole; `main` ends the
+    /// runtime without waiting for it), then the admin endpoint.
     pub async fn shutdown(mut self) {
         let started = tokio::time::Instant::now();
         let deadline = started + self.shutdown_timeout;

@@ -155,11 +155,16 @@ fn main() -> ExitCode {
             })
         }
         Command::Serve => load(cli.config.as_ref()).and_then(|config| {
-            tokio::runtime::Builder::new_multi_thread()
+            let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
-                .context("cannot start the async runtime")?
-                .block_on(refusal_gate::app::run(config, cli.config.clone()))
+                .context("cannot start the async runtime")?;
+            let served = runtime.block_on(refusal_gate::app::run(config, cli.config.clone()));
+            // A state write abandoned at service.shutdown_timeout still runs on a blocking
+            // thread: the process ends without waiting for it (dropping the runtime would),
+            // and the next start removes its temporary file.
+            runtime.shutdown_background();
+            served
         }),
     };
     match result {

@@ -558,6 +558,100 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stays() {
+    let dir = temp_dir("abandon");
+    let state = dir.join("state");
+    let tracker = format!(
+        "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
+        state.display()
+    );
+    // `requests` exports of 500 keys each, then SIGTERM; how the process ended.
+    let run = |extra: String, first: u64, requests: u64| {
+        let dir = dir.clone();
+        async move {
+            let (config, ports) = binary_config(&dir, "abandon", &extra);
+            let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+            let client = reqwest::Client::new();
+            for service in first..first + requests {
+                let spans = (0..500u64)
+                    .map(|op| {
+                        let mut s = common::http_span(
+                            op,
+                            "POST",
+                            &format!("http://api.test/items/{op}"),
+                            200,
+                        );
+                        s.span_id = (service * 1000 + op + 1).to_be_bytes().to_vec();
+                        s
+                    })
+                    .collect();
+                let answer = client
+                    .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
+                    .header("content-type", "application/x-protobuf")
+                    .body(common::export(&format!("svc-{service}"), spans))
+                    .send()
+                    .await
+                    .expect("answered");
+                assert_eq!(answer.status(), 200);
+            }
+            let keys = value(
+                &metrics(ports.admin).await,
+                "refusal_gate_tracker_keys",
+                &[],
+            );
+            let mut server = server;
+            let killed = std::process::Command::new("kill")
+                .args(["-TERM", &server.0.id().to_string()])
+                .status()
+                .expect("kill runs");
+            assert!(killed.success());
+            let status = tokio::task::spawn_blocking(move || {
+                let status = server.0.wait().expect("waitable");
+                drop(server);
+                status
+            })
+            .await
+            .expect("joined");
+            assert!(status.success(), "{status}");
+            (keys, ports)
+        }
+    };
+    let temporaries = || -> usize {
+        std::fs::read_dir(&dir)
+            .expect("readable")
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .count()
+    };
+    // A first run stops in its own time: its 500 keys are written.
+    let (first, _) = run(tracker.clone(), 0, 1).await;
+    assert_eq!(first, 500.0);
+    // A second run adds 50,000 keys and has 100 ms to stop: writing them takes longer, so
+    // the write is abandoned where it stands, and the process does not wait for it (if it
+    // did, the write would end and its file replace the first).
+    let (second, _) = run(
+        format!("{tracker}service:\n  shutdown_timeout: 100ms\n"),
+        1,
+        100,
+    )
+    .await;
+    assert_eq!(second, 50_500.0);
+    // Its temporary file stays (unless the write had not yet begun it).
+    assert!(temporaries() <= 1);
+    // The next start reads the first run's file, whole, and clears any leftover.
+    let (config, ports) = binary_config(&dir, "abandon", &tracker);
+    let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let restored = value(
+        &metrics(ports.admin).await,
+        "refusal_gate_tracker_keys",
+        &[],
+    );
+    assert_eq!(restored, first);
+    assert_eq!(temporaries(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `n` client spans of about 1 KB each, numbered from `first`.
 fn kilobyte_spans(first: u64, n: u64) -> Vec<opentelemetry_proto::tonic::trace::v1::Span> {
     use opentelemetry_proto::tonic::common::v1::any_value::Value;
