@@ -1,7 +1,8 @@
 //! Tests of the processor on its one entry point: a broken span costs only itself and the
 //! rest is forwarded; broken framing is malformed on both encodings; attributes past the
 //! limit are not read; a gRPC attempt is placed by its path; discovery asked and read; a
-//! scrape during a sweep counts what the sweep settled.
+//! scrape during a sweep counts what the sweep settled; a client back after its series
+//! expired is counted again.
 
 use super::*;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -350,6 +351,52 @@ fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
     }
     done.store(true, SeqCst);
     sweeper.join().expect("the sweeper ends");
+}
+
+#[test]
+fn a_client_back_after_its_series_expired_is_counted_again() {
+    use crate::otlp::fixtures::{i, s, span};
+    let config = crate::config::Config::parse("metrics: { series_ttl: 60s }").expect("valid");
+    let pipeline = Pipeline::from_config(&config);
+    let second = crate::clock::SECOND;
+    let attempt = |at: Nanos| {
+        let mut sp = span(
+            "GET",
+            vec![
+                s("http.request.method", "GET"),
+                s("url.full", "http://o.test/x"),
+                i("http.response.status_code", 200),
+            ],
+        );
+        sp.span_id = at.to_be_bytes().to_vec();
+        (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
+        let mut body = request(0);
+        body.resource_spans[0].scope_spans[0].spans = vec![sp];
+        pipeline
+            .handle(
+                Transport::Http,
+                &body.encode_to_vec(),
+                Encoding::Protobuf,
+                at,
+            )
+            .expect("accepted");
+        pipeline.settle(true, at);
+    };
+    let counted = || -> u64 {
+        let fleet = pipeline.metrics().fleet();
+        fleet.iter().map(|p| p.attempts.iter().sum::<u64>()).sum()
+    };
+    // The metrics' clock starts at the wall clock's.
+    let start = crate::clock::now();
+    attempt(start);
+    assert_eq!(counted(), 1);
+    // Two minutes without an attempt: the series leaves /metrics; the key (an hour) stays.
+    pipeline.sweep(start + 120 * second);
+    assert_eq!(pipeline.metrics().fleet().len(), 0);
+    assert_eq!(pipeline.tracker().keys(), 1);
+    // The client comes back: its attempts are counted under a new series.
+    attempt(start + 200 * second);
+    assert_eq!(counted(), 1);
 }
 
 /// The server view's tests: a resource observed from the server's side, and its spans.

@@ -239,7 +239,9 @@ struct Lists {
 /// One client instance's view of one interface.
 #[derive(Debug)]
 pub(super) struct Group {
-    /// The metrics handle for (client, interface), chosen by the caller.
+    /// The metrics handle for (client, interface), chosen by the caller: the latest
+    /// attempt's, since a handle goes stale when its series expires (`metrics.series_ttl`)
+    /// while the group lives on.
     labels: u32,
     /// What the group's keys are judged against; apart from `keys` so that a key can be
     /// borrowed mutably while they are read.
@@ -417,6 +419,7 @@ impl Group {
         };
         let key = self.keys.get_mut(&obs.operation)?;
         key.last_seen = key.last_seen.max(now);
+        self.labels = obs.labels;
         // In order (nearly always): after the last attempt, judged from the key's tail.
         let in_order = key.tail.precedes(&entry);
         let at = if in_order {
