@@ -494,50 +494,18 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
         state.display()
     );
     let (config, ports) = binary_config(&dir, "shutdown", &extra);
-    let mut server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
     // 1,000 clients, 500 operations each: half a million keys (max_keys' default).
-    for service in 0..1000u64 {
-        let spans = (0..500u64)
-            .map(|op| {
-                let mut s =
-                    common::http_span(op, "POST", &format!("http://api.test/items/{op}"), 200);
-                s.span_id = (service * 1000 + op + 1).to_be_bytes().to_vec();
-                s
-            })
-            .collect();
-        let answer = client
-            .post(&url)
-            .header("content-type", "application/x-protobuf")
-            .body(common::export(&format!("svc-{service}"), spans))
-            .send()
-            .await
-            .expect("answered");
-        assert_eq!(answer.status(), 200);
-    }
+    export_keys(ports.http, 0..1000).await;
     let keys = value(
         &metrics(ports.admin).await,
         "refusal_gate_tracker_keys",
         &[],
     );
     assert!(keys > 450_000.0, "{keys} keys");
-    let pid = server.0.id();
     let started = std::time::Instant::now();
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let status = tokio::task::spawn_blocking(move || {
-        let status = server.0.wait().expect("waitable");
-        drop(server);
-        status
-    })
-    .await
-    .expect("joined");
+    terminate(server).await;
     let took = started.elapsed();
-    assert!(status.success(), "{status}");
     // service.shutdown_timeout is 20 s by default: inside Kubernetes' 30 s grace period.
     assert!(took < Duration::from_secs(25), "stopping took {took:?}");
     eprintln!("stopped with {keys} keys in {took:?}");
@@ -549,12 +517,7 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
         &[],
     );
     assert_eq!(restored, keys);
-    let leftovers: Vec<_> = std::fs::read_dir(&dir)
-        .expect("readable")
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-        .collect();
-    assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+    assert_eq!(temporaries(&dir), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -566,79 +529,36 @@ async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stay
         "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
         state.display()
     );
-    // `requests` exports of 500 keys each, then SIGTERM; how the process ended.
-    let run = |extra: String, first: u64, requests: u64| {
+    // The keys of `services`, then SIGTERM; how many keys the process held.
+    let run = |extra: String, services: std::ops::Range<u64>| {
         let dir = dir.clone();
         async move {
             let (config, ports) = binary_config(&dir, "abandon", &extra);
             let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-            let client = reqwest::Client::new();
-            for service in first..first + requests {
-                let spans = (0..500u64)
-                    .map(|op| {
-                        let mut s = common::http_span(
-                            op,
-                            "POST",
-                            &format!("http://api.test/items/{op}"),
-                            200,
-                        );
-                        s.span_id = (service * 1000 + op + 1).to_be_bytes().to_vec();
-                        s
-                    })
-                    .collect();
-                let answer = client
-                    .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
-                    .header("content-type", "application/x-protobuf")
-                    .body(common::export(&format!("svc-{service}"), spans))
-                    .send()
-                    .await
-                    .expect("answered");
-                assert_eq!(answer.status(), 200);
-            }
+            export_keys(ports.http, services).await;
             let keys = value(
                 &metrics(ports.admin).await,
                 "refusal_gate_tracker_keys",
                 &[],
             );
-            let mut server = server;
-            let killed = std::process::Command::new("kill")
-                .args(["-TERM", &server.0.id().to_string()])
-                .status()
-                .expect("kill runs");
-            assert!(killed.success());
-            let status = tokio::task::spawn_blocking(move || {
-                let status = server.0.wait().expect("waitable");
-                drop(server);
-                status
-            })
-            .await
-            .expect("joined");
-            assert!(status.success(), "{status}");
-            (keys, ports)
+            terminate(server).await;
+            keys
         }
     };
-    let temporaries = || -> usize {
-        std::fs::read_dir(&dir)
-            .expect("readable")
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-            .count()
-    };
     // A first run stops in its own time: its 500 keys are written.
-    let (first, _) = run(tracker.clone(), 0, 1).await;
+    let first = run(tracker.clone(), 0..1).await;
     assert_eq!(first, 500.0);
     // A second run adds 50,000 keys and has 100 ms to stop: writing them takes longer, so
     // the write is abandoned where it stands, and the process does not wait for it (if it
     // did, the write would end and its file replace the first).
-    let (second, _) = run(
+    let second = run(
         format!("{tracker}service:\n  shutdown_timeout: 100ms\n"),
-        1,
-        100,
+        1..101,
     )
     .await;
     assert_eq!(second, 50_500.0);
     // Its temporary file stays (unless the write had not yet begun it).
-    assert!(temporaries() <= 1);
+    assert!(temporaries(&dir).len() <= 1);
     // The next start reads the first run's file, whole, and clears any leftover.
     let (config, ports) = binary_config(&dir, "abandon", &tracker);
     let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
@@ -648,8 +568,59 @@ async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stay
         &[],
     );
     assert_eq!(restored, first);
-    assert_eq!(temporaries(), 0);
+    assert_eq!(temporaries(&dir), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Exports, over OTLP/HTTP to `port`, 500 operations from each client of `services`
+/// (`svc-N`): 500 keys a client.
+async fn export_keys(port: u16, services: std::ops::Range<u64>) {
+    let client = reqwest::Client::new();
+    for service in services {
+        let spans = (0..500u64)
+            .map(|op| {
+                let mut s =
+                    common::http_span(op, "POST", &format!("http://api.test/items/{op}"), 200);
+                s.span_id = (service * 1000 + op + 1).to_be_bytes().to_vec();
+                s
+            })
+            .collect();
+        let answer = client
+            .post(format!("http://127.0.0.1:{port}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(common::export(&format!("svc-{service}"), spans))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+    }
+}
+
+/// The names of the temporary files in `dir` (of state writes that did not finish).
+fn temporaries(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("readable")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".tmp"))
+        .collect()
+}
+
+/// Sends the server SIGTERM and waits for it to exit 0.
+async fn terminate(mut server: common::Reaper) {
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &server.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let status = tokio::task::spawn_blocking(move || {
+        let status = server.0.wait().expect("waitable");
+        drop(server);
+        status
+    })
+    .await
+    .expect("joined");
+    assert!(status.success(), "{status}");
 }
 
 /// `n` client spans of about 1 KB each, numbered from `first`.

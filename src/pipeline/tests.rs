@@ -259,55 +259,52 @@ interfaces:
     );
 }
 
+/// A request from `client` (`service.name`) of one GET on `http://o.test/x` answered 200,
+/// at `at` and `id` its span's id.
+fn get_from(client: &str, at: Nanos, id: u64) -> ResourceSpans {
+    use crate::otlp::fixtures::{i, s, span};
+    let mut sp = span(
+        "GET",
+        vec![
+            s("http.request.method", "GET"),
+            s("url.full", "http://o.test/x"),
+            i("http.response.status_code", 200),
+        ],
+    );
+    sp.span_id = id.to_be_bytes().to_vec();
+    (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![s("service.name", client)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans: vec![sp],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Sends `resource_spans` in one OTLP/HTTP request at `at`.
+fn send(pipeline: &Pipeline, resource_spans: Vec<ResourceSpans>, at: Nanos) {
+    let body = ExportTraceServiceRequest { resource_spans }.encode_to_vec();
+    pipeline
+        .handle(Transport::Http, &body, Encoding::Protobuf, at)
+        .expect("accepted");
+}
+
+/// The attempts every live (client, interface) pair has counted.
+fn counted(pipeline: &Pipeline) -> u64 {
+    let fleet = pipeline.metrics().fleet();
+    fleet.iter().map(|p| p.attempts.iter().sum::<u64>()).sum()
+}
+
 #[test]
 fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
-    use crate::otlp::fixtures::{i, s, span};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
     let pipeline = Arc::new(Pipeline::from_config(&crate::config::Config::default()));
     let window = pipeline.tracker().reorder_window();
-    // `n` attempts at `at`, of clients `0..n`: each its own group, spread over the tracker's
-    // shards.
-    let send = |n: u64, at: Nanos| {
-        let body = ExportTraceServiceRequest {
-            resource_spans: (0..n)
-                .map(|k| {
-                    let mut sp = span(
-                        "GET",
-                        vec![
-                            s("http.request.method", "GET"),
-                            s("url.full", "http://o.test/x"),
-                            i("http.response.status_code", 200),
-                        ],
-                    );
-                    sp.span_id = (at + k).to_be_bytes().to_vec();
-                    (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
-                    ResourceSpans {
-                        resource: Some(Resource {
-                            attributes: vec![s("service.name", &format!("c{k}"))],
-                            ..Default::default()
-                        }),
-                        scope_spans: vec![ScopeSpans {
-                            spans: vec![sp],
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }
-                })
-                .collect(),
-        };
-        pipeline
-            .handle(
-                Transport::Http,
-                &body.encode_to_vec(),
-                Encoding::Protobuf,
-                at,
-            )
-            .expect("accepted");
-    };
-    let counted = || -> u64 {
-        let fleet = pipeline.metrics().fleet();
-        fleet.iter().map(|p| p.attempts.iter().sum::<u64>()).sum()
-    };
     // The sweeper sweeps one window after `now`, and says when a sweep began and how long
     // the last one took.
     let (now, begun, took, done) = (
@@ -337,7 +334,9 @@ fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
     const SPANS: u64 = 2_000;
     for round in 0..10 {
         let at = (round + 1) * 3 * window;
-        send(SPANS, at);
+        // Of clients `0..SPANS`: each its own group, spread over the tracker's shards.
+        let clients = (0..SPANS).map(|k| get_from(&format!("c{k}"), at, at + k));
+        send(&pipeline, clients.collect(), at);
         // The attempts become due for the sweeper; a scrape comes halfway through a sweep,
         // when some of them are settled and not yet counted.
         now.store(at, SeqCst);
@@ -347,7 +346,7 @@ fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
         }
         std::thread::sleep(std::time::Duration::from_nanos(took.load(SeqCst) / 2));
         pipeline.settle(true, at);
-        assert_eq!(counted(), (round + 1) * SPANS, "round {round}");
+        assert_eq!(counted(&pipeline), (round + 1) * SPANS, "round {round}");
     }
     done.store(true, SeqCst);
     sweeper.join().expect("the sweeper ends");
@@ -355,48 +354,24 @@ fn a_scrape_during_a_sweep_counts_what_the_sweep_settled() {
 
 #[test]
 fn a_client_back_after_its_series_expired_is_counted_again() {
-    use crate::otlp::fixtures::{i, s, span};
     let config = crate::config::Config::parse("metrics: { series_ttl: 60s }").expect("valid");
     let pipeline = Pipeline::from_config(&config);
     let second = crate::clock::SECOND;
     let attempt = |at: Nanos| {
-        let mut sp = span(
-            "GET",
-            vec![
-                s("http.request.method", "GET"),
-                s("url.full", "http://o.test/x"),
-                i("http.response.status_code", 200),
-            ],
-        );
-        sp.span_id = at.to_be_bytes().to_vec();
-        (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
-        let mut body = request(0);
-        body.resource_spans[0].scope_spans[0].spans = vec![sp];
-        pipeline
-            .handle(
-                Transport::Http,
-                &body.encode_to_vec(),
-                Encoding::Protobuf,
-                at,
-            )
-            .expect("accepted");
+        send(&pipeline, vec![get_from("c", at, at)], at);
         pipeline.settle(true, at);
-    };
-    let counted = || -> u64 {
-        let fleet = pipeline.metrics().fleet();
-        fleet.iter().map(|p| p.attempts.iter().sum::<u64>()).sum()
     };
     // The metrics' clock starts at the wall clock's.
     let start = crate::clock::now();
     attempt(start);
-    assert_eq!(counted(), 1);
+    assert_eq!(counted(&pipeline), 1);
     // Two minutes without an attempt: the series leaves /metrics; the key (an hour) stays.
     pipeline.sweep(start + 120 * second);
     assert_eq!(pipeline.metrics().fleet().len(), 0);
     assert_eq!(pipeline.tracker().keys(), 1);
     // The client comes back: its attempts are counted under a new series.
     attempt(start + 200 * second);
-    assert_eq!(counted(), 1);
+    assert_eq!(counted(&pipeline), 1);
 }
 
 /// The server view's tests: a resource observed from the server's side, and its spans.
