@@ -608,11 +608,7 @@ fn temporaries(dir: &std::path::Path) -> Vec<String> {
 
 /// Sends the server SIGTERM and waits for it to exit 0.
 async fn terminate(mut server: common::Reaper) {
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &server.0.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    common::sigterm(&server.0);
     let status = tokio::task::spawn_blocking(move || {
         let status = server.0.wait().expect("waitable");
         drop(server);

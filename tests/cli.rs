@@ -44,11 +44,7 @@ fn wait_healthy(child: &mut Child, admin: SocketAddr) {
 
 fn terminate(child: &mut Child) -> (std::process::ExitStatus, Duration) {
     let started = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
+    common::sigterm(child);
     let deadline = started + Duration::from_secs(10);
     loop {
         if let Some(status) = child.try_wait().expect("the child can be polled") {

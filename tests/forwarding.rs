@@ -363,11 +363,7 @@ async fn nothing_is_lost_while_the_next_gate_restarts() {
             // Stop B gracefully (it drains to the sink) and keep sending to A.
             if let Some(g) = b.take() {
                 let mut child = g._child;
-                let pid = child.0.id().to_string();
-                Command::new("kill")
-                    .args(["-TERM", &pid])
-                    .status()
-                    .expect("kill runs");
+                common::sigterm(&child.0);
                 let _ = child.0.wait();
             }
         }

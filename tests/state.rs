@@ -6,7 +6,7 @@ mod common;
 
 use common::{export, http_span, value, Ports, Reaper};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
     common::binary_config(
@@ -51,11 +51,7 @@ async fn metrics(admin: u16) -> String {
 /// SIGTERM, and the exit status; the process's log.
 fn terminate(mut reaper: Reaper) -> String {
     let child: &mut Child = &mut reaper.0;
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
+    common::sigterm(child);
     let exit = child.wait().expect("it exits");
     assert!(exit.success(), "a clean exit on SIGTERM: {exit}");
     let mut log = String::new();

@@ -255,6 +255,15 @@ impl Drop for Reaper {
     }
 }
 
+/// Sends `child` SIGTERM (what an orchestrator sends to stop it).
+pub fn sigterm(child: &std::process::Child) {
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -TERM {}", child.id());
+}
+
 /// A free loopback port (free when asked; the caller binds it soon after). Chosen below the
 /// kernel's ephemeral range (32768–60999 on Linux): a port from that range, as binding port
 /// 0 gives, can be taken by any outgoing connection's source port before the server binds it
