@@ -488,20 +488,12 @@ fn validate_refuses_what_is_not_a_regular_file_and_does_not_hang() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_state_loads() {
     let dir = temp_dir("shutdown");
-    let state = dir.join("state");
-    let extra = format!(
-        "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
-        state.display()
-    );
+    let extra = state_file(&dir.join("state"));
     let (config, ports) = binary_config(&dir, "shutdown", &extra);
     let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
     // 1,000 clients, 500 operations each: half a million keys (max_keys' default).
     export_keys(ports.http, 0..1000).await;
-    let keys = value(
-        &metrics(ports.admin).await,
-        "refusal_gate_tracker_keys",
-        &[],
-    );
+    let keys = tracker_keys(ports.admin).await;
     assert!(keys > 450_000.0, "{keys} keys");
     let started = std::time::Instant::now();
     terminate(server).await;
@@ -511,11 +503,7 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
     eprintln!("stopped with {keys} keys in {took:?}");
     // The file loads: a new process starts with every key.
     let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let restored = value(
-        &metrics(ports.admin).await,
-        "refusal_gate_tracker_keys",
-        &[],
-    );
+    let restored = tracker_keys(ports.admin).await;
     assert_eq!(restored, keys);
     assert_eq!(temporaries(&dir), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
@@ -524,11 +512,7 @@ async fn sigterm_with_half_a_million_keys_stops_within_the_deadline_and_the_stat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stays() {
     let dir = temp_dir("abandon");
-    let state = dir.join("state");
-    let tracker = format!(
-        "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
-        state.display()
-    );
+    let tracker = state_file(&dir.join("state"));
     // The keys of `services`, then SIGTERM; how many keys the process held.
     let run = |extra: String, services: std::ops::Range<u64>| {
         let dir = dir.clone();
@@ -536,11 +520,7 @@ async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stay
             let (config, ports) = binary_config(&dir, "abandon", &extra);
             let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
             export_keys(ports.http, services).await;
-            let keys = value(
-                &metrics(ports.admin).await,
-                "refusal_gate_tracker_keys",
-                &[],
-            );
+            let keys = tracker_keys(ports.admin).await;
             terminate(server).await;
             keys
         }
@@ -562,14 +542,23 @@ async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stay
     // The next start reads the first run's file, whole, and clears any leftover.
     let (config, ports) = binary_config(&dir, "abandon", &tracker);
     let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let restored = value(
-        &metrics(ports.admin).await,
-        "refusal_gate_tracker_keys",
-        &[],
-    );
+    let restored = tracker_keys(ports.admin).await;
     assert_eq!(restored, first);
     assert_eq!(temporaries(&dir), Vec::<String>::new());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The tracker's configuration with its state written to `path` at shutdown only.
+fn state_file(path: &std::path::Path) -> String {
+    format!(
+        "tracker:\n  state_file: '{}'\n  state_interval: 0s\n",
+        path.display()
+    )
+}
+
+/// The keys the server on `admin` holds (`refusal_gate_tracker_keys`).
+async fn tracker_keys(admin: u16) -> f64 {
+    value(&metrics(admin).await, "refusal_gate_tracker_keys", &[])
 }
 
 /// Exports, over OTLP/HTTP to `port`, 500 operations from each client of `services`
