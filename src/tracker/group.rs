@@ -83,6 +83,9 @@ const SETTLED: u8 = 4;
 const JUDGED: u8 = 8;
 /// It asked for the interface's discovery document (read it or not): never a probe.
 const ASKED: u8 = 16;
+/// As a refusal of no length, an attempt that started the instant it ended — ordered before
+/// it, so no longer in the history — follows it: it is not honored (see [`followed`]).
+const FOLLOWED: u8 = 32;
 
 impl Entry {
     fn has(&self, flag: u8) -> bool {
@@ -760,12 +763,20 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
         }
         if !e.has(JUDGED) && e.kind.class() == Class::Refusal {
             let window_end = e.end.saturating_add(p.probe_window);
-            let followed = key.history[i + 1..]
-                .iter()
-                .any(|f| f.start >= e.end && f.start <= window_end);
-            if !followed && now >= window_end {
+            if !followed(&key.history, i, p) && now >= window_end {
                 out.push(Event::Honored { labels });
             }
+        }
+    }
+    // An attempt leaving follows the refusals of no length that stay and ended the instant it
+    // started (ordered after it, they may be judged later): what they would no longer see.
+    if let Some(last) = leave.checked_sub(1).map(|i| key.history[i].start) {
+        for e in key.history[leave..]
+            .iter_mut()
+            .take_while(|e| e.start == last)
+            .filter(|e| e.end == last)
+        {
+            e.set(FOLLOWED);
         }
     }
     key.history.drain(..leave);
@@ -798,6 +809,20 @@ fn give_back(key: &mut Key, p: &Params) {
     }
 }
 
+/// Whether an attempt on the key follows the refusal `history[i]` within `probe_window`: one
+/// that started no earlier than it ended and no later than the window's end (DESIGN §5). Of
+/// the attempts ordered before it, only one that started the instant a refusal of no length
+/// ended can; once such an attempt has left the history, the refusal's [`FOLLOWED`] flag says so.
+fn followed(history: &[Entry], i: usize, p: &Params) -> bool {
+    let r = &history[i];
+    let window_end = r.end.saturating_add(p.probe_window);
+    r.has(FOLLOWED)
+        || history
+            .iter()
+            .enumerate()
+            .any(|(j, f)| j != i && f.start >= r.end && f.start <= window_end)
+}
+
 /// Judges the settled refusals of a key whose `probe_window` has passed, and notes whether
 /// any is left to judge ([`Key::unjudged`]).
 fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) {
@@ -807,15 +832,11 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
         if e.has(JUDGED) || !e.has(SETTLED) || e.kind.class() != Class::Refusal {
             continue;
         }
-        let window_end = e.end.saturating_add(p.probe_window);
-        if now < window_end {
+        if now < e.end.saturating_add(p.probe_window) {
             waiting = true;
             continue;
         }
-        let followed = key.history[i + 1..]
-            .iter()
-            .chain(key.history[..i].iter())
-            .any(|f| f.start >= e.end && f.start <= window_end);
+        let followed = followed(&key.history, i, p);
         key.history[i].set(JUDGED);
         if !followed {
             out.push(Event::Honored { labels });

@@ -663,6 +663,38 @@ fn retried_and_unverified_refusals_are_not_honored() {
 }
 
 #[test]
+fn an_attempt_at_the_instant_a_refusal_of_no_length_ended_follows_it_after_it_left_the_history() {
+    // Issue 29's shrunk case: the read at 50 ms starts the instant the refusal ends, so it
+    // follows it (DESIGN §5), though ordered before it. Five attempts on one key of depth 4:
+    // the read leaves the history when they settle, before the refusal is judged.
+    let at_instant = |ms| at(1, ms).lasting(0);
+    let mut refusal = at_instant(50).fails(Outcome::NotSupported).read();
+    refusal.0.span_id = [0, 0, 0, 0, 0, 0, 0, 2];
+    let mut first_read = at_instant(50).read();
+    first_read.0.span_id = [0, 0, 0, 0, 0, 0, 0, 1];
+    let later = |id: u8| {
+        let mut a = at_instant(50 + 20 + WINDOW_MS).read();
+        a.0.span_id = [0, 0, 0, 0, 0, 0, 0, id];
+        a
+    };
+    let attempts = [later(0), first_read, refusal, later(3), later(4)];
+    let cfg = TrackerConfig {
+        max_retries: 2,
+        ..config()
+    };
+    let counts = run_with(cfg.clone(), &attempts);
+    assert_eq!(counts.kinds.get("protocol_not_supported"), Some(&1));
+    assert_eq!(counts.honored, 0, "followed at the instant it ended");
+    // The same refusal, after a read on another key, with nothing at its instant: honored.
+    let elsewhere = at(2, 10).lasting(0).read();
+    let alone = run_with(
+        cfg,
+        &[elsewhere, later(0), refusal, later(3), later(4), later(5)],
+    );
+    assert_eq!(alone.honored, 1);
+}
+
+#[test]
 fn keys_expire_after_key_ttl() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
