@@ -2,9 +2,9 @@
 //! operations, the server's delay, gRPC's two conventions, discovery).
 
 use super::*;
-use crate::otlp::fixtures::{i, s, span, strings};
+use crate::otlp::fixtures::{d, i, s, span, strings};
 use opentelemetry_proto::tonic::trace::v1::span::Event;
-use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Status};
+use opentelemetry_proto::tonic::trace::v1::{status::StatusCode, Span, Status};
 
 fn resource() -> Vec<KeyValue> {
     vec![s("service.name", "agent"), s("service.instance.id", "i-1")]
@@ -439,4 +439,153 @@ fn grpc_operations_read_both_conventions_alike() {
     let long = format!("pkg.{}/Get", "S".repeat(GrpcPath::MAX));
     let (_, _, path) = op(vec![s("rpc.method", &long)], "x");
     assert_eq!(path, None, "too long to build: no path");
+}
+
+#[test]
+fn a_scheme_on_the_span_names_a_server_on_a_port_of_its_own() {
+    // Only `url.scheme` or `http.scheme` can say that port 8443 speaks https; the stable name
+    // first.
+    let r = resource();
+    let cases = [
+        (vec![s("url.scheme", "https")], "https://api.test:8443"),
+        (vec![s("http.scheme", "https")], "https://api.test:8443"),
+        (
+            vec![s("http.scheme", "http"), s("url.scheme", "https")],
+            "https://api.test:8443",
+        ),
+        (vec![], "http://api.test:8443"),
+    ];
+    for (mut attrs, want) in cases {
+        attrs.extend([
+            s("server.address", "api.test"),
+            i("server.port", 8443),
+            s("http.request.method", "GET"),
+        ]);
+        let sp = span("x", attrs.clone());
+        let a = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES).expect("attempt");
+        assert_eq!(
+            a.origin.as_ref().map(Origin::as_str),
+            Some(want),
+            "{attrs:?}"
+        );
+    }
+}
+
+#[test]
+fn codes_sent_as_integral_doubles_are_read_and_fractions_are_not() {
+    let r = resource();
+    let read = |attrs: Vec<KeyValue>| {
+        let sp = span("x", attrs);
+        let signal = extract(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .signal;
+        Signal {
+            timeout: None,
+            error_type: None,
+            ..signal
+        }
+    };
+    let http = read(vec![
+        s("http.request.method", "GET"),
+        d("http.response.status_code", 404.0),
+    ]);
+    assert_eq!(http.http_status, Some(404));
+    let half = read(vec![
+        s("http.request.method", "GET"),
+        d("http.response.status_code", 404.5),
+    ]);
+    assert_eq!(half.http_status, None);
+    let rpc = read(vec![
+        s("mcp.method.name", "tools/list"),
+        d("rpc.jsonrpc.error_code", -32601.0),
+    ]);
+    assert_eq!(rpc.jsonrpc_code, Some(-32601));
+    let grpc = read(vec![
+        s("rpc.system", "grpc"),
+        d("rpc.grpc.status_code", 12.0),
+    ]);
+    assert_eq!(grpc.grpc_code, Some(12));
+}
+
+#[test]
+fn a_span_tagged_by_an_upstream_refusal_gate_is_known() {
+    let r = resource();
+    let tagged = span(
+        "x",
+        vec![
+            s("http.request.method", "GET"),
+            s("refusal_gate.class", "ok"),
+        ],
+    );
+    let plain = span("x", vec![s("http.request.method", "GET")]);
+    let a = |sp: &Span| {
+        extract(client_of(&r), &sp, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .tagged
+    };
+    assert!(a(&tagged));
+    assert!(!a(&plain));
+}
+
+fn server_span(attributes: Vec<KeyValue>) -> Span {
+    let mut sp = span("x", attributes);
+    sp.kind = SpanKind::Server as i32;
+    sp
+}
+
+#[test]
+fn a_server_spans_instance_is_its_peer_address_under_any_convention() {
+    let from = ["user_agent.original".to_owned()];
+    let instance = |attrs: Vec<KeyValue>| {
+        let mut attrs = attrs;
+        attrs.push(s("user_agent.original", "prober/1.0"));
+        let sp = server_span(attrs);
+        server_client(&&sp, &from, DEFAULT_MAX_ATTRIBUTES)
+            .expect("named")
+            .instance
+            .map(str::to_owned)
+    };
+    let ip = |n: u8| Some(format!("10.0.0.{n}"));
+    assert_eq!(instance(vec![s("client.address", "10.0.0.1")]), ip(1));
+    assert_eq!(instance(vec![s("net.sock.peer.addr", "10.0.0.2")]), ip(2));
+    assert_eq!(instance(vec![s("net.peer.ip", "10.0.0.3")]), ip(3));
+    assert_eq!(instance(vec![]), None);
+    // The stable name first, then the older ones in turn.
+    let all = vec![
+        s("net.peer.ip", "10.0.0.3"),
+        s("net.sock.peer.addr", "10.0.0.2"),
+        s("client.address", "10.0.0.1"),
+    ];
+    assert_eq!(instance(all.clone()), ip(1));
+    assert_eq!(instance(all[..2].to_vec()), ip(2));
+}
+
+#[test]
+fn a_server_span_without_a_path_takes_its_route() {
+    let r = resource();
+    let route = |attrs: Vec<KeyValue>| {
+        let mut attrs = attrs;
+        attrs.extend([
+            s("http.request.method", "GET"),
+            s("http.route", "/users/{id}"),
+        ]);
+        let sp = server_span(attrs.clone());
+        let server = extract_server(client_of(&r), &&sp, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .path
+            .map(str::to_owned);
+        let mut client = sp.clone();
+        client.kind = SpanKind::Client as i32;
+        let client = extract(client_of(&r), &&client, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .path
+            .map(str::to_owned);
+        (server, client)
+    };
+    let some = |p: &str| Some(p.to_owned());
+    assert_eq!(route(vec![]), (some("/users/{id}"), None));
+    assert_eq!(
+        route(vec![s("url.path", "/users/7")]),
+        (some("/users/7"), some("/users/7"))
+    );
 }

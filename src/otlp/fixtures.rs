@@ -57,3 +57,14 @@ pub fn strings(key: &str, values: &[&str]) -> KeyValue {
         }),
     }
 }
+
+/// A double attribute (some SDKs send integers as doubles).
+pub fn d(key: &str, value: f64) -> KeyValue {
+    KeyValue {
+        key: key.into(),
+        key_strindex: 0,
+        value: Some(AnyValue {
+            value: Some(Value::DoubleValue(value)),
+        }),
+    }
+}
