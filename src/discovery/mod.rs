@@ -278,13 +278,18 @@ impl Interfaces {
 
     /// The interface of a gRPC attempt that names no server (gRPC instrumentations often
     /// record none), by its service: the configured interface that declares the service, when
-    /// exactly one does; for server reflection, which every server serves, the one configured
-    /// `grpc` interface when there is exactly one; else `unknown`.
+    /// exactly one does; for server reflection, which every server serves, and for a service
+    /// no interface declares (contract 4: so that a client's reflection read and its calls
+    /// land on the same interface), the one configured `grpc` interface when there is exactly
+    /// one; else `unknown`.
     pub fn resolve_grpc(&self, service: &str) -> InterfaceRef<'static> {
         let owner = if is_reflection(service) {
             self.grpc_only
         } else {
-            self.grpc_services.get(service).copied().flatten()
+            match self.grpc_services.get(service) {
+                Some(owner) => *owner,
+                None => self.grpc_only,
+            }
         };
         owner.map_or(InterfaceRef::Unknown, InterfaceRef::Configured)
     }
@@ -567,9 +572,21 @@ mod tests {
         for service in [
             "grpc.reflection.v1.ServerReflection",
             "grpc.reflection.v1alpha.ServerReflection",
+            // Contract 4: a service no interface declares goes to the only gRPC interface,
+            // where the client's reflection read went.
+            "pkg.Nobody",
         ] {
             assert_eq!(one.resolve_grpc(service), InterfaceRef::Configured(0));
         }
+        let shared = Interfaces::new(&[
+            grpc("weather", "http://w.test:50051", &["/shared.S/A"]),
+            interface("api", "http://api.test", &["/shared.S/B"]),
+        ]);
+        assert_eq!(shared.resolve_grpc("shared.S"), InterfaceRef::Unknown);
+        assert_eq!(
+            shared.resolve_grpc("pkg.Nobody"),
+            InterfaceRef::Configured(0)
+        );
         let path = Some("/weather.Forecast/GetHistory");
         assert_eq!(
             one.declared(InterfaceRef::Configured(0), path),

@@ -441,14 +441,19 @@ fn read<'a>(
 
     let mut timeout = s.error_type.filter(|t| says_timeout(t));
     if timeout.is_none() {
-        span.exception_types(&mut |t| {
-            let found = says_timeout(t);
-            if found {
-                timeout = Some(t);
-            }
-            found
+        span.exceptions(&mut |t, _| {
+            timeout = t.filter(|t| says_timeout(t));
+            timeout.is_some()
         });
     }
+    // Codes in words (DESIGN §11.4): a protocol span that gives its JSON-RPC error only as
+    // its message.
+    let jsonrpc_code = match family {
+        Family::Mcp | Family::A2a | Family::JsonRpc if jsonrpc_code.is_none() => {
+            code_in_words(span)
+        }
+        _ => jsonrpc_code,
+    };
 
     let operation = match family {
         Family::Http => Operation {
@@ -510,6 +515,43 @@ fn read<'a>(
         span_id: span.span_id(),
         parent_span_id: span.parent_span_id(),
     })
+}
+
+/// The JSON-RPC standard errors by message (JSON-RPC 2.0 §5.1).
+const STANDARD_ERRORS: [(&str, i64); 5] = [
+    ("Parse error", -32700),
+    ("Invalid Request", -32600),
+    ("Method not found", -32601),
+    ("Invalid params", -32602),
+    ("Internal error", -32603),
+];
+
+/// The JSON-RPC code a message names: one of the standard messages, compared without regard
+/// to case, after an optional `Name: ` prefix (an exception's class, as in
+/// `McpError: Method not found`).
+pub fn standard_code(message: &str) -> Option<i64> {
+    let message = message.trim();
+    let bare = match message.split_once(": ") {
+        Some((name, rest)) if !name.is_empty() && !name.contains(char::is_whitespace) => rest,
+        _ => message,
+    };
+    STANDARD_ERRORS
+        .iter()
+        .find(|(m, _)| bare.trim().eq_ignore_ascii_case(m))
+        .map(|(_, code)| *code)
+}
+
+/// The code a span's status description or one of its `exception` events' messages names
+/// ([`standard_code`]), the status first.
+fn code_in_words(span: &dyn SpanView<'_>) -> Option<i64> {
+    let mut code = standard_code(span.status_message());
+    if code.is_none() {
+        span.exceptions(&mut |_, message| {
+            code = message.and_then(standard_code);
+            code.is_some()
+        });
+    }
+    code
 }
 
 /// Service and method of a gRPC attempt: `rpc.service` and `rpc.method`, or a fully

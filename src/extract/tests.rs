@@ -589,3 +589,62 @@ fn a_server_span_without_a_path_takes_its_route() {
         (some("/users/7"), some("/users/7"))
     );
 }
+
+#[test]
+fn a_protocol_span_that_gives_its_error_in_words_carries_its_code() {
+    // DESIGN §11.4: the standard messages, without regard to case, after an optional
+    // `Name: ` prefix; from the status description, else an exception event's message.
+    let cases: [(&str, Option<i64>); 9] = [
+        ("Parse error", Some(-32700)),
+        ("invalid request", Some(-32600)),
+        ("McpError: Method not found", Some(-32601)),
+        (
+            "mcp.shared.exceptions.McpError: Invalid params",
+            Some(-32602),
+        ),
+        (" Internal error ", Some(-32603)),
+        ("Method not found for prompt p", None),
+        ("Not Found", None),
+        ("an error: Method not found", None),
+        ("", None),
+    ];
+    for (message, want) in cases {
+        assert_eq!(standard_code(message), want, "{message:?}");
+    }
+    let r = resource();
+    let read = |sp: &Span, server: bool| {
+        let a = if server {
+            extract_server(client_of(&r), &sp, DEFAULT_MAX_ATTRIBUTES)
+        } else {
+            extract(client_of(&r), &sp, DEFAULT_MAX_ATTRIBUTES)
+        };
+        a.expect("attempt").signal.jsonrpc_code
+    };
+    let mut status = span("x", vec![s("mcp.method.name", "tools/list")]);
+    status.status = Some(Status {
+        code: StatusCode::Error as i32,
+        message: "McpError: Method not found".into(),
+    });
+    assert_eq!(read(&status, false), Some(-32601));
+    let mut event = span("x", vec![s("a2a.method.name", "SendMessage")]);
+    event.events.push(Event {
+        name: "exception".into(),
+        attributes: vec![
+            s("exception.type", "A2AError"),
+            s("exception.message", "Invalid params"),
+        ],
+        ..Default::default()
+    });
+    assert_eq!(read(&event, false), Some(-32602));
+    event.kind = SpanKind::Server as i32;
+    assert_eq!(read(&event, true), Some(-32602), "a server span too");
+    // A numeric code wins; an HTTP span's words mean nothing.
+    let mut coded = status.clone();
+    coded
+        .attributes
+        .push(s("rpc.response.status_code", "-32602"));
+    assert_eq!(read(&coded, false), Some(-32602));
+    let mut http = status.clone();
+    http.attributes = vec![s("http.request.method", "POST")];
+    assert_eq!(read(&http, false), None);
+}

@@ -193,7 +193,7 @@ impl<'q> SpanView<'q> for &'q QuestionSpan<'q> {
     fn attribute_count(&self) -> usize {
         self.attributes.len()
     }
-    fn exception_types(&self, _: &mut dyn FnMut(&'q str) -> bool) {}
+    fn exceptions(&self, _: &mut dyn FnMut(Option<&'q str>, Option<&'q str>) -> bool) {}
 }
 
 /// The span `q`'s call to `url` would produce, ending at `now` (Unix nanoseconds); `id`

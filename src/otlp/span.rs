@@ -93,12 +93,18 @@ pub trait SpanView<'a> {
     }
     /// Whether the span's status is ERROR.
     fn status_error(&self) -> bool;
+    /// The status description (an error's message, as some SDKs record it); empty when
+    /// there is none or it is not UTF-8.
+    fn status_message(&self) -> &'a str {
+        ""
+    }
     /// Calls `f` with the first `max` attributes: each key as bytes, and its value.
     fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>));
     /// How many attributes the span has.
     fn attribute_count(&self) -> usize;
-    /// Calls `f` with the `exception.type` of every `exception` event until it returns true.
-    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool);
+    /// Calls `f` with the `exception.type` and `exception.message` of every `exception` event
+    /// (each `None` when absent) until it returns true.
+    fn exceptions(&self, f: &mut dyn FnMut(Option<&'a str>, Option<&'a str>) -> bool);
 }
 
 impl<'a> SpanView<'a> for &'a Span {
@@ -128,6 +134,9 @@ impl<'a> SpanView<'a> for &'a Span {
             .as_ref()
             .is_some_and(|st| st.code == StatusCode::Error as i32)
     }
+    fn status_message(&self) -> &'a str {
+        self.status.as_ref().map_or("", |st| &st.message)
+    }
     fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
         for kv in self.attributes.iter().take(max) {
             f(kv.key.as_bytes(), Val::of(kv.value.as_ref()));
@@ -136,18 +145,18 @@ impl<'a> SpanView<'a> for &'a Span {
     fn attribute_count(&self) -> usize {
         self.attributes.len()
     }
-    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
+    fn exceptions(&self, f: &mut dyn FnMut(Option<&'a str>, Option<&'a str>) -> bool) {
         for event in self.events.iter().filter(|e| e.name == "exception") {
-            for kv in event
-                .attributes
-                .iter()
-                .filter(|kv| kv.key == "exception.type")
-            {
-                if let Val::Str(t) = Val::of(kv.value.as_ref()) {
-                    if f(t) {
-                        return;
-                    }
+            let (mut kind, mut message) = (None, None);
+            for kv in &event.attributes {
+                match kv.key.as_str() {
+                    "exception.type" => kind = Val::of(kv.value.as_ref()).as_str(),
+                    "exception.message" => message = Val::of(kv.value.as_ref()).as_str(),
+                    _ => {}
                 }
+            }
+            if f(kind, message) {
+                return;
             }
         }
     }

@@ -357,6 +357,8 @@ pub struct SpanRef<'a> {
     start: u64,
     end: u64,
     status_error: bool,
+    /// The status description as it stands on the wire (checked as UTF-8 when read).
+    status_message: &'a [u8],
 }
 
 impl<'a> SpanRef<'a> {
@@ -378,6 +380,7 @@ impl<'a> SpanRef<'a> {
             start: 0,
             end: 0,
             status_error: false,
+            status_message: &[],
         };
         let (mut first, mut last) = (usize::MAX, 0);
         let mut walk = fields(bytes);
@@ -440,8 +443,10 @@ impl<'a> SpanRef<'a> {
                 (8, Wire::Fixed64(t)) => span.end = t,
                 (15, Wire::Bytes(status)) => {
                     for f in fields(status) {
-                        if let (3, Wire::Varint(code)) = f? {
-                            span.status_error = code == 2;
+                        match f? {
+                            (2, Wire::Bytes(message)) => span.status_message = message,
+                            (3, Wire::Varint(code)) => span.status_error = code == 2,
+                            _ => {}
                         }
                     }
                 }
@@ -486,28 +491,29 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
     fn attribute_count(&self) -> usize {
         self.attribute_count
     }
-    fn exception_types(&self, f: &mut dyn FnMut(&'a str) -> bool) {
+    fn status_message(&self) -> &'a str {
+        std::str::from_utf8(self.status_message).unwrap_or("")
+    }
+    fn exceptions(&self, f: &mut dyn FnMut(Option<&'a str>, Option<&'a str>) -> bool) {
         if !self.has_events {
             return;
         }
         for event in each(self.bytes, 11).map_while(Result::ok) {
             let mut exception = false;
-            let mut found: Option<&'a str> = None;
+            let (mut kind, mut message): (Option<&'a str>, Option<&'a str>) = (None, None);
             for field in fields(event).map_while(Result::ok) {
                 match field {
                     (2, Wire::Bytes(name)) => exception = name == b"exception",
-                    (3, Wire::Bytes(kv)) => {
-                        if let Some((b"exception.type", v)) = key_value(kv) {
-                            found = Val::Encoded(v).as_str();
-                        }
-                    }
+                    (3, Wire::Bytes(kv)) => match key_value(kv) {
+                        Some((b"exception.type", v)) => kind = Val::Encoded(v).as_str(),
+                        Some((b"exception.message", v)) => message = Val::Encoded(v).as_str(),
+                        _ => {}
+                    },
                     _ => {}
                 }
             }
-            if let (true, Some(t)) = (exception, found) {
-                if f(t) {
-                    return;
-                }
+            if exception && f(kind, message) {
+                return;
             }
         }
     }
@@ -550,7 +556,10 @@ mod tests {
             .push(crate::otlp::fixtures::strings("empty", &[]));
         owned.events.push(Event {
             name: "exception".into(),
-            attributes: vec![s("exception.type", "ReadTimeout")],
+            attributes: vec![
+                s("exception.message", "timed out"),
+                s("exception.type", "ReadTimeout"),
+            ],
             ..Default::default()
         });
         owned.status = Some(Status {
@@ -569,11 +578,14 @@ mod tests {
         assert_eq!(wire.span_id(), &owned.span_id[..]);
         assert!(wire.status_error());
         assert_eq!(shown(&wire), shown(&&owned));
-        assert_eq!(shown(&wire).len(), 7);
+        assert_eq!(shown(&wire).len(), 8);
+        assert!(shown(&wire).contains(&"status \"x\"".to_owned()));
+        let exception = "exception Some(\"ReadTimeout\"): Some(\"timed out\")";
+        assert!(shown(&wire).contains(&exception.to_owned()));
         assert!(shown(&wire).contains(&"h=array, first Some(\"3\")".to_owned()));
     }
 
-    /// A span's attributes and exception types, each shown as a line.
+    /// A span's attributes, exceptions and status description, each shown as a line.
     fn shown(v: &dyn SpanView<'_>) -> Vec<String> {
         let mut out = Vec::new();
         v.attributes(usize::MAX, &mut |k, val| {
@@ -583,10 +595,11 @@ mod tests {
             };
             out.push(format!("{}={shown}", String::from_utf8_lossy(k)))
         });
-        v.exception_types(&mut |t| {
-            out.push(format!("exception {t}"));
+        v.exceptions(&mut |t, m| {
+            out.push(format!("exception {t:?}: {m:?}"));
             false
         });
+        out.push(format!("status {:?}", v.status_message()));
         out
     }
 
