@@ -8,7 +8,7 @@
 //! after it ends). Settled verdicts never change, so the counters built from them never
 //! go down and count each attempt once.
 
-use super::{Event, Judgement, Nanos, Observation, Params, Violation};
+use super::{Event, Judgement, Nanos, Observation, Params, Retraction, Violation};
 use crate::classify::{self, Class, Kind, Outcome};
 use crate::discovery::Declared;
 use crate::extract::Discovery;
@@ -550,6 +550,63 @@ impl Group {
     /// Whether the pending attempts have waited `reorder_window` since the first arrived.
     pub(super) fn due(&self, now: Nanos, p: &Params) -> bool {
         self.pending > 0 && now >= self.first_pending_at.saturating_add(p.reorder_window)
+    }
+
+    /// Takes back the attempt `obs` stood for, while it is pending (a span of a call that has
+    /// since become part of another attempt, DESIGN §11): the group is then as if it had never
+    /// been observed — what it read and refused, and every pending verdict it reached.
+    /// Returns what became of it, and whether its key is left empty (for the caller to drop).
+    pub(super) fn retract(&mut self, obs: &Observation, p: &Params) -> (Retraction, bool) {
+        let Some(key) = self.keys.get_mut(&obs.operation) else {
+            return (Retraction::Missing, false);
+        };
+        let at = key
+            .history
+            .partition_point(|e| e.order() < (obs.start, obs.end, obs.span_id));
+        match key.history.get(at) {
+            Some(e) if e.span_id == obs.span_id && e.trace_id == obs.trace_id => {
+                if e.has(SETTLED) {
+                    return (Retraction::Settled, false);
+                }
+            }
+            _ => return (Retraction::Missing, false),
+        }
+        let gone = key.history.remove(at);
+        key.settled_prefix = key.settled_prefix.min(at as u32);
+        let emptied = key.history.is_empty();
+        self.pending = self.pending.saturating_sub(1);
+        let read = gone.has(READ);
+        let refusal = classify::is_refusal_signal(gone.outcome, gone.declared());
+        if refusal {
+            if let Ok(i) = self.lists.refusals.binary_search(&gone.end) {
+                self.lists.refusals.remove(i);
+            }
+        }
+        if read && self.lists.first_read == Some(gone.end) {
+            // The earliest read the group still holds (older ones leave with their keys'
+            // settled history; a read is taken back while pending, so rarely has one left).
+            self.lists.first_read = self
+                .keys
+                .values()
+                .flat_map(|k| k.history.iter())
+                .filter(|e| e.has(READ))
+                .map(|e| e.end)
+                .min();
+        }
+        // As when it arrived (Group::observe): its key from its place on, and a read or a
+        // refusal reaches every attempt that started when it ended or later, in every key.
+        for (op, key) in self.keys.iter_mut() {
+            let from_end = || key.history.partition_point(|e| e.start < gone.end);
+            let first = match (*op == obs.operation, read || refusal) {
+                (true, true) => at.min(from_end()),
+                (true, false) => at,
+                (false, true) => from_end(),
+                (false, false) => continue,
+            };
+            rejudge(&self.lists, key, first, p);
+            key.tail = Tail::of(&key.history);
+        }
+        (Retraction::Retracted, emptied)
     }
 
     /// Counts the settled refusals whose `probe_window` has passed with no attempt after

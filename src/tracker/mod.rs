@@ -197,6 +197,17 @@ pub struct GroupHistory {
     pub operations: Vec<OperationHistory>,
 }
 
+/// What became of an attempt taken back ([`Tracker::retract`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retraction {
+    /// It was pending: it is gone, as if never observed.
+    Retracted,
+    /// Its verdict was already counted: it stays.
+    Settled,
+    /// The tracker does not hold it (its key was evicted, or it was never observed).
+    Missing,
+}
+
 /// Why keys left the tracker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Eviction {
@@ -431,6 +442,26 @@ impl Tracker {
         self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
         group.observe(now, obs, p, out).flatten()
+    }
+
+    /// Takes back the attempt `obs` stood for when it is still pending (DESIGN §11: a span of
+    /// a call whose other spans have since made it part of another attempt): the tracker is
+    /// then as if it had never been observed. A settled attempt stays counted.
+    pub fn retract(&self, obs: &Observation) -> Retraction {
+        let mut shard = self.shard(&obs.group);
+        let Some(group) = shard.groups.get_mut(&obs.group) else {
+            return Retraction::Missing;
+        };
+        let (retraction, emptied) = group.retract(obs, &self.params);
+        if emptied {
+            group.keys.remove(&obs.operation);
+            if group.keys.is_empty() {
+                shard.groups.remove(&obs.group);
+            }
+            shard.keys -= 1;
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+        }
+        retraction
     }
 
     /// A copy of every group's state, for the state file; one shard locked at a time.

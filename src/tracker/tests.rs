@@ -1131,6 +1131,74 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Taking back pending attempts (DESIGN §11: spans that became part of another attempt)
+    /// leaves the tracker as if they had never come: every verdict and honored refusal is the
+    /// contract's reading of the attempts that stay, whenever they are taken back.
+    #[test]
+    fn a_retracted_attempt_is_as_if_it_never_came(
+        stream in racing_stream(),
+        seed in any::<u64>(),
+        taken in prop::collection::vec((any::<bool>(), 0..8usize), 44),
+    ) {
+        let cfg = race_config();
+        let arrival = shuffled(&stream, seed);
+        // Each attempt taken back is so some arrivals after its own.
+        let mut due: Vec<(usize, &Observation)> = Vec::new();
+        let tracker = Tracker::new(&cfg);
+        let mut events = Vec::new();
+        for (n, o) in arrival.iter().enumerate() {
+            tracker.observe(T0, o, &"op", &mut events);
+            let (take, after) = taken[n % taken.len()];
+            if take {
+                due.push((n + after, o));
+            }
+            for (_, o) in due.iter().filter(|(at, _)| *at == n) {
+                prop_assert_eq!(tracker.retract(o), Retraction::Retracted);
+            }
+        }
+        for (_, o) in due.iter().filter(|(at, _)| *at >= arrival.len()) {
+            prop_assert_eq!(tracker.retract(o), Retraction::Retracted);
+        }
+        prop_assert_eq!(tracker.retract(&arrival.first().copied().map_or(at(9, 0).0, |mut o| {
+            o.span_id = [9; 8];
+            o
+        })), Retraction::Missing);
+        tracker.finish(&mut events);
+        let gone: Vec<[u8; 8]> = due.iter().map(|(_, o)| o.span_id).collect();
+        let kept: Vec<Observation> =
+            stream.iter().filter(|o| !gone.contains(&o.span_id)).copied().collect();
+        let want = contract(&kept, cfg.max_retries, RACE_WINDOW_MS * MS);
+        prop_assert_eq!(counted(&events), want);
+    }
+}
+
+#[test]
+fn a_settled_attempt_is_not_taken_back_and_an_emptied_key_leaves() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let (a, b) = (at(1, 0).0, at(2, 0).0);
+    tracker.observe(T0, &a, &"op", &mut events);
+    tracker.observe(T0, &b, &"op", &mut events);
+    assert_eq!(tracker.keys(), 2);
+    tracker.settle(T0, true, &mut events);
+    assert_eq!(tracker.retract(&a), Retraction::Settled);
+    let c = at(2, 100).0;
+    tracker.observe(T0, &c, &"op", &mut events);
+    assert_eq!(tracker.retract(&c), Retraction::Retracted);
+    assert_eq!(tracker.keys(), 2, "key 2 keeps its settled attempt");
+    let d = at(3, 0).0;
+    tracker.observe(T0, &d, &"op", &mut events);
+    assert_eq!(tracker.keys(), 3);
+    assert_eq!(tracker.retract(&d), Retraction::Retracted);
+    assert_eq!(tracker.keys(), 2, "an emptied key leaves");
+    assert_eq!(tracker.retract(&d), Retraction::Missing);
+    tracker.finish(&mut events);
+    assert_eq!(tally(&events).counted, 2);
+}
+
 #[test]
 fn the_contract_reading_sees_each_violation() {
     // The property above is only as good as the streams it draws: each violation, and an
