@@ -155,8 +155,8 @@ pub struct Metrics {
     discovery_reads: IntCounterVec,
     honored: IntCounterVec,
     accepted_spans: [IntCounter; 2],
-    /// Cached handles: `not_client`, `no_protocol`, `duplicate`.
-    skipped_by: [IntCounter; 3],
+    /// Cached handles: `not_client`, `no_protocol`, `duplicate`, `same_call`.
+    skipped_by: [IntCounter; 4],
     /// Cached handles, by transport.
     batch_duration_by: [prometheus::Histogram; 2],
     refused_spans: IntCounterVec,
@@ -167,6 +167,9 @@ pub struct Metrics {
     listener_connections: IntGaugeVec,
     skipped: IntCounterVec,
     tracker_keys: IntGauge,
+    held_spans: IntGauge,
+    held_bytes: IntGauge,
+    held_forced: IntCounterVec,
     evictions: IntCounterVec,
     label_overflow: IntCounterVec,
     document_loads: IntCounterVec,
@@ -271,6 +274,26 @@ impl Metrics {
             .expect("metric names are valid");
         r.register(Box::new(tracker_keys.clone()))
             .expect("each metric is registered once");
+        let held_spans = IntGauge::new(
+            "refusal_gate_held_spans",
+            "Spans of calls kept for the rest of their call (tracker.max_held_spans).",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(held_spans.clone()))
+            .expect("each metric is registered once");
+        let held_bytes = IntGauge::new(
+            "refusal_gate_held_bytes",
+            "Bytes those spans' facts take (tracker.max_held_mib).",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(held_bytes.clone()))
+            .expect("each metric is registered once");
+        let held_forced = counter_vec(
+            &r,
+            "refusal_gate_held_calls_forced_total",
+            "Held calls counted before the rest of their call arrived, because a bound was reached.",
+            &["bound"],
+        );
         let evictions = counter_vec(
             &r,
             "refusal_gate_tracker_evictions_total",
@@ -371,8 +394,8 @@ impl Metrics {
         for reason in ["ttl", "capacity"] {
             evictions.with_label_values(&[reason]);
         }
-        let skipped_by =
-            ["not_client", "no_protocol", "duplicate"].map(|r| skipped.with_label_values(&[r]));
+        let skipped_by = ["not_client", "no_protocol", "duplicate", "same_call"]
+            .map(|r| skipped.with_label_values(&[r]));
         for transport in [Transport::Grpc, Transport::Http] {
             refused_spans.with_label_values(&[transport.as_str(), "malformed_span"]);
         }
@@ -406,6 +429,9 @@ impl Metrics {
             listener_connections,
             skipped,
             tracker_keys,
+            held_spans,
+            held_bytes,
+            held_forced,
             evictions,
             label_overflow,
             document_loads,
@@ -696,6 +722,7 @@ impl Metrics {
             "not_client" => self.skipped_by[0].inc_by(n),
             "no_protocol" => self.skipped_by[1].inc_by(n),
             "duplicate" => self.skipped_by[2].inc_by(n),
+            "same_call" => self.skipped_by[3].inc_by(n),
             other => self.skipped.with_label_values(&[other]).inc_by(n),
         }
     }
@@ -742,6 +769,19 @@ impl Metrics {
             queue_bytes: u64::try_from(self.exporter_queue_bytes.get()).unwrap_or(0),
             forwarded_spans: self.exporter_sent.get(),
         }
+    }
+
+    /// Sets the gauges of the spans kept for the rest of their call.
+    pub fn set_held(&self, spans: usize, bytes: usize) {
+        self.held_spans
+            .set(i64::try_from(spans).unwrap_or(i64::MAX));
+        self.held_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a held call counted early because `bound` was reached.
+    pub fn held_forced(&self, bound: &str) {
+        self.held_forced.with_label_values(&[bound]).inc();
     }
 
     /// Sets the tracker's key gauge.

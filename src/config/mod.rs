@@ -486,10 +486,22 @@ pub struct TrackerConfig {
     /// How often the state file is written while serving (0s: only on shutdown).
     #[serde(deserialize_with = "duration")]
     pub state_interval: Duration,
-    /// Server spans held for the other span of their call (DESIGN §9), and client calls on
-    /// observed interfaces remembered for theirs, each at most this many; past it the
-    /// oldest held span is counted at once and the oldest call forgotten.
+    /// Spans of calls kept for the other spans of their call (DESIGN §9, §11): held until
+    /// their parent arrives (at most `reorder_window`), or counted and remembered for the
+    /// other side's spans (a minute). Past it the oldest call goes: a held one is counted at
+    /// once (`refusal_gate_held_calls_forced_total{bound="max_held_spans"}`), a remembered
+    /// one forgotten. 0: nothing is held.
     pub max_held_spans: usize,
+    /// The memory those spans' facts may take, in MiB (each keeps its extracted attempt and
+    /// ids, its strings included, not the span); past it, as past `max_held_spans`.
+    pub max_held_mib: u64,
+}
+
+impl TrackerConfig {
+    /// `max_held_mib` in bytes.
+    pub fn max_held_bytes(&self) -> usize {
+        mib(self.max_held_mib)
+    }
 }
 
 impl Default for TrackerConfig {
@@ -503,6 +515,7 @@ impl Default for TrackerConfig {
             state_file: None,
             state_interval: Duration::from_secs(60),
             max_held_spans: 10_000,
+            max_held_mib: 16,
         }
     }
 }

@@ -6,6 +6,11 @@
 //! Gate API question, or from prost's owned types (tests). It does not classify, log, count or look at
 //! a clock; a span that is not an attempt comes back as a [`Skip`] reason.
 
+pub mod call;
+pub mod owned;
+
+pub use owned::Owned;
+
 use crate::discovery::{is_reflection, InterfaceRef, Interfaces};
 pub use crate::otlp::{SpanView, Val};
 use crate::url::{self, Origin};
@@ -55,9 +60,9 @@ pub struct Client<'a> {
     pub instance: Option<&'a str>,
 }
 
-/// What an attempt asked for; the third part of the tracker's key. Two borrowed parts
-/// stand for `METHOD path`, `method target` or `service/method` without formatting them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What an attempt asked for; the third part of the tracker's key. Borrowed parts stand for
+/// `METHOD path`, `method target` or `service/method` without formatting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Operation<'a> {
     /// HTTP method, JSON-RPC method, or gRPC service.
     pub verb: &'a str,
@@ -65,15 +70,47 @@ pub struct Operation<'a> {
     pub target: &'a str,
     /// Whether this is a gRPC `service/method`.
     pub grpc: bool,
+    /// The undeclared path a protocol call was sent to (DESIGN §11.1: `initialize /mcp/sse`,
+    /// so that each undeclared path is a key of its own); empty for every other attempt.
+    pub via: &'a str,
+}
+
+impl Operation<'_> {
+    /// An operation of `verb` and `target`, sent where it should be.
+    pub fn new<'a>(verb: &'a str, target: &'a str, grpc: bool) -> Operation<'a> {
+        Operation {
+            verb,
+            target,
+            grpc,
+            via: "",
+        }
+    }
+}
+
+/// Hashed as it was before `via` existed when it is empty, so that keys kept in a state
+/// file keep their ids.
+impl std::hash::Hash for Operation<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.verb.hash(state);
+        self.target.hash(state);
+        self.grpc.hash(state);
+        if !self.via.is_empty() {
+            self.via.hash(state);
+        }
+    }
 }
 
 impl std::fmt::Display for Operation<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.grpc, self.target.is_empty()) {
-            (_, true) => f.write_str(self.verb),
-            (true, false) => write!(f, "{}/{}", self.verb, self.target),
-            (false, false) => write!(f, "{} {}", self.verb, self.target),
+            (_, true) => f.write_str(self.verb)?,
+            (true, false) => write!(f, "{}/{}", self.verb, self.target)?,
+            (false, false) => write!(f, "{} {}", self.verb, self.target)?,
         }
+        if !self.via.is_empty() {
+            write!(f, " {}", self.via)?;
+        }
+        Ok(())
     }
 }
 
@@ -456,18 +493,10 @@ fn read<'a>(
     };
 
     let operation = match family {
-        Family::Http => Operation {
-            verb: http_method.unwrap_or(""),
-            target: path.unwrap_or("/"),
-            grpc: false,
-        },
+        Family::Http => Operation::new(http_method.unwrap_or(""), path.unwrap_or("/"), false),
         Family::Grpc => {
             let (verb, target) = grpc_operation(s.rpc_service, s.rpc_method, span.name());
-            Operation {
-                verb,
-                target,
-                grpc: true,
-            }
+            Operation::new(verb, target, true)
         }
         Family::Mcp | Family::A2a | Family::JsonRpc => {
             let method = s
@@ -481,11 +510,7 @@ fn read<'a>(
                 .or(s.resource_uri)
                 .or_else(|| target_in_name(span.name(), method))
                 .unwrap_or("");
-            Operation {
-                verb: method,
-                target,
-                grpc: false,
-            }
+            Operation::new(method, target, false)
         }
     };
 
@@ -655,8 +680,8 @@ pub enum Discovery {
 }
 
 /// How `attempt` used `interface`'s discovery document: a GET of a discovery path, an MCP or
-/// A2A discovery method, or gRPC server reflection; read when it `succeeded` (classified `ok`)
-/// and, for a GET, its status was 2xx.
+/// A2A discovery method (not sent to an undeclared path), or gRPC server reflection; read when
+/// it `succeeded` (classified `ok`) and, for a GET, its status was 2xx.
 pub fn discovery(
     attempt: &Attempt<'_>,
     succeeded: bool,
@@ -685,7 +710,10 @@ pub fn discovery(
                 .is_some_and(|s| (200..300).contains(&s)),
         );
     }
+    // A request to a path the interface does not declare is about that path (DESIGN §11.1),
+    // whatever method it carries.
     let asks = match attempt.family {
+        _ if !attempt.operation.via.is_empty() => false,
         Family::Mcp | Family::A2a => DISCOVERY_METHODS.contains(&attempt.operation.verb),
         Family::Grpc => is_reflection(attempt.operation.verb),
         Family::JsonRpc | Family::Http => false,

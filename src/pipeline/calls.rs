@@ -1,19 +1,29 @@
-//! One call, counted once (DESIGN §9): the SERVER spans of interfaces observed from their
-//! side that wait for the other span of their call, and the client calls on those
-//! interfaces remembered for the server spans still to come.
+//! One call, one attempt, across exports (DESIGN §9, §11): the spans of calls that may still
+//! be joined by spans yet to come, kept between requests.
 //!
-//! Core: pure state, fed the tracker's clock. A server span whose parent is not in its own
-//! export — the client's CLIENT span, or the HTTP server span that names the client of a
-//! protocol span — is *held* here, keyed by (trace, the parent it waits for), until that
-//! parent arrives, or `reorder_window` passes and it is counted as it is. A client span on
-//! an observed interface is *remembered* (for a minute at least), so that its server span,
-//! arriving after it, is known for the same call. Both are bounded by `max_held_spans`.
+//! Core: pure state, fed the tracker's clock. Two kinds of calls are kept, each as a bag of
+//! its spans' extracted facts ([`Kept`]: an [`Owned`] attempt and ids, never the span):
+//! - *held*: not counted yet, because a span of it names a parent that has not arrived and may
+//!   be part of the call (SDKs end children first, so a transport request often comes an export
+//!   before its protocol span). Held until that parent arrives or `reorder_window` passes.
+//! - *counted*: counted already, but a span of the other side may still come — a client call
+//!   on an observed interface, or one that named no server while some interface is observed —
+//!   so its attempts are kept to be taken back and counted again with that span's facts.
+//!   Remembered for a minute at least.
+//!
+//! A bag may hold spans of several calls (siblings waiting for the same parent): the caller
+//! tells them apart when it assembles them. Bags are found by any of their spans and by the
+//! parents they wait for. Both kinds together are bounded by `max_held_spans` spans and
+//! `max_held_mib`; past either, the oldest bag goes first — a held one to be counted at once
+//! (what [`Calls::hold`] and [`Calls::remember`] return), a counted one forgotten.
 
-use crate::tracker::Nanos;
+use crate::extract::call::Side;
+use crate::extract::Owned;
+use crate::tracker::{Nanos, Observation};
 use foldhash::HashMap;
 use std::collections::VecDeque;
 
-/// (trace id, span id): one span, or the parent a held span waits for.
+/// (trace id, span id): one span, or the parent a span names.
 pub type SpanKey = ([u8; 16], [u8; 8]);
 
 /// The key of `trace` and `span` (shorter ids are padded with zeros, as the tracker does).
@@ -25,186 +35,330 @@ pub fn key(trace: &[u8], span: &[u8]) -> SpanKey {
     k
 }
 
-/// How long a client call is remembered at least.
+/// How long a counted call is remembered at least.
 const REMEMBERED: Nanos = 60 * crate::clock::SECOND;
 
-/// A SERVER span waiting for its parent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
-    /// When it arrived (tracker clock).
-    pub arrived: Nanos,
-    /// The span's protobuf bytes, read again when it is counted.
-    pub span: Vec<u8>,
-    /// The `service.name` of its resource: which interface it is an attempt on.
-    pub service: String,
-    /// The client its HTTP parent named (name, instance), when the span names none itself.
-    pub client: Option<(String, Option<String>)>,
+/// One span of a kept call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kept {
+    /// Its facts.
+    pub facts: Owned,
+    /// Which side recorded it.
+    pub side: Side,
+    /// A server span that names its client itself.
+    pub named: bool,
+    /// The span.
+    pub key: SpanKey,
+    /// The parent it names, if any.
+    pub parent: Option<SpanKey>,
+    /// The HTTP server span that carries it by time (a protocol server span), if any.
+    pub carrier: Option<SpanKey>,
+    /// It was counted as skipped (`same_call`) already.
+    pub skipped: bool,
 }
 
-/// The held spans and the remembered client calls.
+impl Kept {
+    fn bytes(&self) -> usize {
+        self.facts.bytes() + std::mem::size_of::<Kept>() - std::mem::size_of::<Owned>()
+    }
+}
+
+/// Whether a kept call has been counted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    /// Waiting for the spans `open` names (parents of its spans not seen yet).
+    Held {
+        /// The parents waited for.
+        open: Vec<SpanKey>,
+    },
+    /// Counted as these attempts (each about one of its spans), to be taken back when a late
+    /// span of the call arrives while they are pending.
+    Counted {
+        /// What the tracker was given.
+        attempts: Vec<Observation>,
+    },
+}
+
+/// The spans of one or more calls, kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// Its spans.
+    pub members: Vec<Kept>,
+    /// Held or counted.
+    pub state: State,
+    /// When its first span arrived (tracker clock): what its wait is counted from.
+    pub since: Nanos,
+}
+
+impl Call {
+    fn bytes(&self) -> usize {
+        let attempts = match &self.state {
+            State::Held { open } => open.len() * std::mem::size_of::<SpanKey>(),
+            State::Counted { attempts } => attempts.len() * std::mem::size_of::<Observation>(),
+        };
+        std::mem::size_of::<Call>() + attempts + self.members.iter().map(Kept::bytes).sum::<usize>()
+    }
+
+    /// Whether it waits for spans still to come.
+    pub fn is_held(&self) -> bool {
+        matches!(self.state, State::Held { .. })
+    }
+}
+
+/// Why a held call was counted before its wait was over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// `tracker.max_held_spans` spans were kept.
+    Spans,
+    /// `tracker.max_held_mib` were kept.
+    Bytes,
+}
+
+impl Bound {
+    /// The `bound` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Bound::Spans => "max_held_spans",
+            Bound::Bytes => "max_held_mib",
+        }
+    }
+}
+
+/// The kept calls, found by their spans and by the parents they wait for.
 #[derive(Debug)]
 pub struct Calls {
-    held: HashMap<SpanKey, Held>,
-    held_order: VecDeque<(Nanos, SpanKey)>,
-    clients: HashMap<SpanKey, Nanos>,
-    client_order: VecDeque<(Nanos, SpanKey)>,
-    cap: usize,
+    calls: HashMap<u64, (Call, usize)>,
+    members: HashMap<SpanKey, u64>,
+    awaiting: HashMap<SpanKey, u64>,
+    /// (since, id) of the held calls and of the counted ones, each oldest first; stale
+    /// entries (bags taken since) are skipped.
+    held_order: VecDeque<(Nanos, u64)>,
+    counted_order: VecDeque<(Nanos, u64)>,
+    next: u64,
+    spans: usize,
+    bytes: usize,
+    max_spans: usize,
+    max_bytes: usize,
     window: Nanos,
 }
 
 impl Calls {
-    /// Holds spans for `window` (the tracker's reorder window); at most `cap` of each.
-    pub fn new(window: Nanos, cap: usize) -> Calls {
+    /// Keeps calls for `window` (the tracker's reorder window; counted ones a minute at
+    /// least), at most `max_spans` spans and `max_bytes` bytes of them.
+    pub fn new(window: Nanos, max_spans: usize, max_bytes: usize) -> Calls {
         Calls {
-            held: HashMap::default(),
+            calls: HashMap::default(),
+            members: HashMap::default(),
+            awaiting: HashMap::default(),
             held_order: VecDeque::new(),
-            clients: HashMap::default(),
-            client_order: VecDeque::new(),
-            cap,
+            counted_order: VecDeque::new(),
+            next: 0,
+            spans: 0,
+            bytes: 0,
+            max_spans,
+            max_bytes,
             window,
         }
     }
 
-    /// How many spans are held.
+    /// How many spans are kept.
+    pub fn spans(&self) -> usize {
+        self.spans
+    }
+
+    /// How many spans of held calls are kept (the rest are of counted calls).
     pub fn held(&self) -> usize {
-        self.held.len()
+        self.calls
+            .values()
+            .filter(|(c, _)| c.is_held())
+            .map(|(c, _)| c.members.len())
+            .sum()
     }
 
-    /// A client span `call` on an observed interface arrived at `now`: remembered, and the
-    /// server span held for it, if any, returned — the same call, not to be counted again.
-    pub fn client_call(&mut self, call: SpanKey, now: Nanos) -> Option<Held> {
-        if self.cap == 0 {
-            return self.held.remove(&call);
-        }
-        if self.clients.insert(call, now).is_none() {
-            self.client_order.push_back((now, call));
-        }
-        while self.clients.len() > self.cap {
-            self.forget_oldest_client();
-        }
-        self.held.remove(&call)
+    /// How many bytes they take, about.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
-    /// Whether the client span `call` has been seen.
-    pub fn seen_client(&self, call: &SpanKey) -> bool {
-        self.clients.contains_key(call)
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty()
     }
 
-    /// Holds `span` until the span `awaited` arrives. Returns a span to count at once: the
-    /// oldest, when `max_held_spans` are held already (or `span` itself when holding is
-    /// off), or the one held for `awaited` before (an exporter's retry of the same span).
-    pub fn hold(&mut self, awaited: SpanKey, span: Held) -> Option<Held> {
-        if self.cap == 0 {
-            return Some(span);
-        }
-        self.held_order.push_back((span.arrived, awaited));
-        if let Some(before) = self.held.insert(awaited, span) {
-            return Some(before);
-        }
-        if self.held.len() > self.cap {
-            return self.pop_oldest();
-        }
-        None
+    /// Whether some call waits for a parent.
+    pub fn any_awaiting(&self) -> bool {
+        !self.awaiting.is_empty()
     }
 
-    /// The span held for `parent`, which has just arrived.
-    pub fn take(&mut self, parent: &SpanKey) -> Option<Held> {
-        self.held.remove(parent)
+    /// The call holding the span `key`, taken out.
+    pub fn take_member(&mut self, key: &SpanKey) -> Option<Call> {
+        let id = *self.members.get(key)?;
+        self.take(id)
     }
 
-    /// The held spans whose wait is over at `now` (every one when `all`), oldest first;
-    /// forgets client calls remembered long enough.
-    pub fn due(&mut self, now: Nanos, all: bool) -> Vec<Held> {
+    /// The held call waiting for the span `key`, taken out.
+    pub fn take_awaiting(&mut self, key: &SpanKey) -> Option<Call> {
+        let id = *self.awaiting.get(key)?;
+        self.take(id)
+    }
+
+    /// Whether the span `key` is kept.
+    pub fn holds(&self, key: &SpanKey) -> bool {
+        self.members.contains_key(key)
+    }
+
+    fn take(&mut self, id: u64) -> Option<Call> {
+        let (call, bytes) = self.calls.remove(&id)?;
+        for m in &call.members {
+            if self.members.get(&m.key) == Some(&id) {
+                self.members.remove(&m.key);
+            }
+        }
+        if let State::Held { open } = &call.state {
+            for k in open {
+                if self.awaiting.get(k) == Some(&id) {
+                    self.awaiting.remove(k);
+                }
+            }
+        }
+        self.spans -= call.members.len();
+        self.bytes -= bytes;
+        Some(call)
+    }
+
+    /// Keeps `call`; a held one joins the call already waiting for one of the same parents.
+    /// Returns the held calls the bounds forced out, to be counted at once, and why.
+    pub fn keep(&mut self, mut call: Call) -> Vec<(Call, Bound)> {
+        if self.max_spans == 0 {
+            return match call.state {
+                State::Held { .. } => vec![(call, Bound::Spans)],
+                State::Counted { .. } => Vec::new(),
+            };
+        }
+        if let State::Held { open } = &call.state {
+            let siblings: Vec<SpanKey> = open
+                .iter()
+                .filter(|k| self.awaiting.contains_key(*k))
+                .copied()
+                .collect();
+            for k in siblings {
+                if let Some(other) = self.take_awaiting(&k) {
+                    call = merge(call, other);
+                }
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        for m in &call.members {
+            self.members.insert(m.key, id);
+        }
+        if let State::Held { open } = &call.state {
+            for k in open {
+                self.awaiting.insert(*k, id);
+            }
+        }
+        let bytes = call.bytes();
+        self.spans += call.members.len();
+        self.bytes += bytes;
+        let order = if call.is_held() {
+            &mut self.held_order
+        } else {
+            &mut self.counted_order
+        };
+        order.push_back((call.since, id));
+        self.calls.insert(id, (call, bytes));
+        let mut forced = Vec::new();
+        while self.spans > self.max_spans || self.bytes > self.max_bytes {
+            let bound = if self.spans > self.max_spans {
+                Bound::Spans
+            } else {
+                Bound::Bytes
+            };
+            match self.pop_oldest() {
+                Some(call) if call.is_held() => forced.push((call, bound)),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        forced
+    }
+
+    /// The held calls whose wait is over at `now` (every one when `all`), oldest first;
+    /// counted calls remembered long enough are forgotten.
+    pub fn due(&mut self, now: Nanos, all: bool) -> Vec<Call> {
         let mut out = Vec::new();
-        while let Some(&(arrived, key)) = self.held_order.front() {
-            if self.held.get(&key).is_none_or(|h| h.arrived != arrived) {
-                // Taken since it was held.
-                self.held_order.pop_front();
-                continue;
-            }
-            if !all && now < arrived.saturating_add(self.window) {
-                break;
-            }
-            out.extend(self.pop_oldest());
+        let window = self.window;
+        while let Some(id) = self.front(true, |since| all || now >= since.saturating_add(window)) {
+            out.extend(self.take(id));
         }
-        let remembered = self.window.max(REMEMBERED);
-        while let Some(&(seen, _)) = self.client_order.front() {
-            if now < seen.saturating_add(remembered) {
-                break;
-            }
-            self.forget_oldest_client();
+        let remembered = window.max(REMEMBERED);
+        while let Some(id) = self.front(false, |since| now >= since.saturating_add(remembered)) {
+            self.take(id);
         }
         out
     }
 
-    /// Removes the oldest held span (skipping order entries of spans taken since).
-    fn pop_oldest(&mut self) -> Option<Held> {
-        while let Some((arrived, key)) = self.held_order.pop_front() {
-            if self.held.get(&key).is_some_and(|h| h.arrived == arrived) {
-                return self.held.remove(&key);
+    /// The id of the oldest held (or counted) call when `due` says its time has come; stale
+    /// entries are dropped on the way.
+    fn front(&mut self, held: bool, due: impl Fn(Nanos) -> bool) -> Option<u64> {
+        let order = if held {
+            &mut self.held_order
+        } else {
+            &mut self.counted_order
+        };
+        while let Some(&(since, id)) = order.front() {
+            if self.calls.get(&id).is_none_or(|(c, _)| c.since != since) {
+                order.pop_front();
+                continue;
             }
+            if !due(since) {
+                return None;
+            }
+            order.pop_front();
+            return Some(id);
         }
         None
     }
 
-    fn forget_oldest_client(&mut self) {
-        while let Some((seen, key)) = self.client_order.pop_front() {
-            if self.clients.get(&key) == Some(&seen) {
-                self.clients.remove(&key);
-                return;
-            }
-        }
+    /// The oldest call of either kind, taken out.
+    fn pop_oldest(&mut self) -> Option<Call> {
+        let oldest = |order: &VecDeque<(Nanos, u64)>, calls: &HashMap<u64, (Call, usize)>| {
+            order
+                .iter()
+                .find(|(since, id)| calls.get(id).is_some_and(|(c, _)| c.since == *since))
+                .map(|(since, _)| *since)
+        };
+        let held = oldest(&self.held_order, &self.calls);
+        let counted = oldest(&self.counted_order, &self.calls);
+        let from_held = match (held, counted) {
+            (Some(h), Some(c)) => h <= c,
+            (h, _) => h.is_some(),
+        };
+        let id = self.front(from_held, |_| true)?;
+        self.take(id)
     }
+}
+
+/// Two bags of spans as one: the earlier arrival, every span, every parent waited for.
+pub fn merge(mut a: Call, b: Call) -> Call {
+    a.since = a.since.min(b.since);
+    a.members.extend(b.members);
+    a.state = match (a.state, b.state) {
+        (State::Held { mut open }, State::Held { open: more }) => {
+            open.extend(more);
+            open.sort_unstable();
+            open.dedup();
+            State::Held { open }
+        }
+        (State::Counted { mut attempts }, State::Counted { attempts: more }) => {
+            attempts.extend(more);
+            State::Counted { attempts }
+        }
+        (State::Counted { attempts }, State::Held { .. })
+        | (State::Held { .. }, State::Counted { attempts }) => State::Counted { attempts },
+    };
+    a
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(at: Nanos) -> Held {
-        Held {
-            arrived: at,
-            span: vec![at as u8],
-            service: "svc".into(),
-            client: None,
-        }
-    }
-
-    #[test]
-    fn a_held_span_is_given_back_to_its_client_call_or_counted_after_the_window() {
-        let mut calls = Calls::new(5, 10);
-        let (a, b) = (key(&[1], &[1]), key(&[1], &[2]));
-        assert_eq!(calls.hold(a, held(0)), None);
-        assert_eq!(calls.hold(b, held(1)), None);
-        // The client span of `a` arrives: the held span is the same call.
-        assert_eq!(calls.client_call(a, 2), Some(held(0)));
-        assert!(calls.seen_client(&a));
-        assert_eq!(calls.due(5, false), vec![]);
-        assert_eq!(calls.due(6, false), vec![held(1)]);
-        assert_eq!(calls.held(), 0);
-    }
-
-    #[test]
-    fn the_caps_bound_both_and_the_oldest_go_first() {
-        let mut calls = Calls::new(5, 2);
-        assert_eq!(calls.hold(key(&[1], &[1]), held(0)), None);
-        assert_eq!(calls.hold(key(&[1], &[2]), held(1)), None);
-        assert_eq!(calls.hold(key(&[1], &[3]), held(2)), Some(held(0)));
-        for i in 0..3u8 {
-            calls.client_call(key(&[2], &[i]), u64::from(i));
-        }
-        assert!(!calls.seen_client(&key(&[2], &[0])));
-        assert!(calls.seen_client(&key(&[2], &[2])));
-        // Forgotten after a minute.
-        calls.due(REMEMBERED + 3, true);
-        assert!(!calls.seen_client(&key(&[2], &[2])));
-        assert_eq!(calls.held(), 0);
-    }
-
-    #[test]
-    fn with_no_room_nothing_is_held() {
-        let mut calls = Calls::new(5, 0);
-        assert_eq!(calls.hold(key(&[1], &[1]), held(0)), Some(held(0)));
-        assert_eq!(calls.client_call(key(&[1], &[1]), 0), None);
-    }
-}
+mod tests;

@@ -7,10 +7,10 @@
 //! first); every method that needs the time takes `now` from its caller — the wall clock when
 //! serving, span time when replaying.
 
+mod assemble;
 pub mod calls;
 pub mod error;
 pub mod place;
-mod server;
 
 pub use crate::otlp::Transport;
 pub use error::{Encoding, IngestError};
@@ -27,8 +27,10 @@ use crate::metrics::Metrics;
 use crate::otlp::tags::SpanTags;
 use crate::otlp::{frame, json, wire};
 use crate::tracker::{Event, Judgement, Nanos, Observation, Tracker};
+use assemble::{Joins, Node, Root};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use std::hash::{BuildHasher, Hash};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// What one request amounted to.
@@ -57,11 +59,13 @@ pub struct Pipeline {
     seed: u64,
     /// Attributes read per span and per resource.
     max_attributes: usize,
-    /// Server spans waiting for the other span of their call (DESIGN §9). One std `Mutex`:
-    /// it is taken only for the spans of interfaces observed from their side (a client span
-    /// on one, a server resource's spans, a sweep), for a few map operations, never across an
-    /// `.await`; every other request never touches it.
+    /// The calls kept for spans still to come (DESIGN §9, §11). One std `Mutex`, taken once
+    /// per request that has spans to join (a span naming a parent, a server span of an
+    /// observed interface) or while calls are kept, and by the sweep; never across an
+    /// `.await`. A request of spans that name no parent, while nothing is kept, never takes it.
     calls: Mutex<calls::Calls>,
+    /// How many spans `calls` keeps, read without its lock.
+    held: AtomicUsize,
     /// Held while verdicts are settled and until they are counted ([`Pipeline::settle`],
     /// [`Pipeline::sweep`], [`Pipeline::finish`]): a scrape that settles during a sweep waits
     /// for the sweep's verdicts to be counted rather than reading the counters without them.
@@ -108,7 +112,11 @@ impl Pipeline {
         alerting: &AlertingConfig,
     ) -> Pipeline {
         let (alerts, deliveries, watchers_refused) = metrics.alert_counters();
-        let calls = calls::Calls::new(tracker.reorder_window(), tracker.max_held_spans());
+        let calls = calls::Calls::new(
+            tracker.reorder_window(),
+            tracker.max_held_spans(),
+            tracker.max_held_bytes(),
+        );
         // A random seed: the standard library's per-process random keys.
         let seed = std::hash::BuildHasher::hash_one(
             &std::collections::hash_map::RandomState::new(),
@@ -124,6 +132,7 @@ impl Pipeline {
             seed,
             max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
             calls: Mutex::new(calls),
+            held: AtomicUsize::new(0),
             settling: Mutex::new(()),
         }
     }
@@ -322,6 +331,10 @@ impl Pipeline {
         };
         let mut staged = Vec::with_capacity(STAGED);
         let mut malformed_at = Vec::new();
+        let mut joins = Joins {
+            recording: self.held.load(Ordering::Relaxed) > 0,
+            ..Joins::default()
+        };
         let mut seen = 0u32;
         for resource_spans in wire::each(body, 1).map_while(Result::ok) {
             let client = match wire::ResourceRef::of(resource_spans) {
@@ -330,7 +343,7 @@ impl Pipeline {
             };
             let observed = interfaces.observed_by(client.name);
             let mut client = self.client_ids(client);
-            let mut server_spans = Vec::new();
+            let server_nodes = joins.nodes.len();
             for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
                 for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
                     let at = seen;
@@ -340,18 +353,37 @@ impl Pipeline {
                         request.summary.rejected += 1;
                         continue;
                     };
-                    if observed.is_some() && span.kind() == SpanKind::Server as i32 {
-                        server_spans.push(self.read_server(&mut request, span, bytes));
-                        continue;
+                    match observed {
+                        Some(index) if span.kind() == SpanKind::Server as i32 => {
+                            let slot = self.read(&mut request, &span);
+                            match self.server_node(&interfaces, index, &span, slot) {
+                                Some(node) => joins.node(node),
+                                None => {
+                                    joins.seen(calls::key(span.trace_id(), span.span_id()), None)
+                                }
+                            }
+                        }
+                        _ => {
+                            let span = (&span, bytes);
+                            self.stage(
+                                &mut request,
+                                &interfaces,
+                                &mut client,
+                                span,
+                                &mut staged,
+                                &mut joins,
+                            );
+                        }
                     }
-                    self.stage(&mut request, &interfaces, &mut client, &span, &mut staged);
                 }
             }
             self.flush(&mut request, &mut staged);
-            if let Some(index) = observed {
-                let service = client.client.name;
-                self.server_view(&mut request, &interfaces, index, service, &server_spans);
+            if observed.is_some() {
+                assemble::carriers(&mut joins.nodes[server_nodes..]);
             }
+        }
+        if !joins.is_empty() {
+            self.assemble(&mut request, &interfaces, joins, body);
         }
         self.finish_request(transport, &request.summary, &request.events, now);
         (request.summary, malformed_at)
@@ -392,36 +424,50 @@ impl Pipeline {
         }
     }
 
-    /// Extracts one span and, when it is an attempt, places it and stages it for the
-    /// tracker (which takes the staged attempts when there are [`STAGED`] of them, or the
-    /// resource ends); reserves its place among the tags when asked for them.
+    /// Extracts one span and, when it is an attempt that names no parent, places it and
+    /// stages it for the tracker (which takes the staged attempts when there are [`STAGED`]
+    /// of them, or the resource ends); an attempt that names a parent, or that a span of the
+    /// request named as its parent, is left to be joined with its call ([`Joins`]). Reserves
+    /// the span's place among the tags when asked for them.
     fn stage<'a>(
         &self,
         r: &mut RequestState<'_>,
         interfaces: &'a Interfaces,
         client: &mut ClientIds<'a>,
-        span: &dyn extract::SpanView<'a>,
+        (span, bytes): (&wire::SpanRef<'a>, &'a [u8]),
         staged: &mut Vec<Staged<'a>>,
+        joins: &mut Joins<'a>,
     ) {
-        r.summary.accepted += 1;
-        if span.attribute_count() > self.max_attributes {
-            r.summary.truncated += 1;
-        }
-        let slot = r.tags.as_deref_mut().map(SpanTags::push_span);
+        let slot = self.read(r, span);
+        let key = calls::key(span.trace_id(), span.span_id());
         // Borrowed where it was built: an attempt is a few hundred bytes.
         let extracted = extract::extract(client.client, span, self.max_attributes);
-        let attempt = match &extracted {
+        let attempt = match extracted {
             Ok(attempt) => attempt,
             Err(skip) => {
                 self.metrics.span_skipped(skip.label());
+                joins.seen(key, None);
                 return;
             }
         };
         r.summary.attempts += 1;
-        let p = self.place(interfaces, attempt, client.id);
-        if interfaces.client_from(p.interface).is_some() {
-            self.client_call(attempt, r.now);
+        let parent = attempt.parent_span_id;
+        if !parent.is_empty() || joins.awaits(&key) {
+            let parent = (!parent.is_empty()).then(|| calls::key(attempt.trace_id, parent));
+            joins.node(Node {
+                member: extract::call::Member {
+                    attempt,
+                    side: extract::call::Side::Client,
+                    named: false,
+                },
+                key,
+                parent,
+                carrier: None,
+                slot,
+            });
+            return;
         }
+        let p = self.place(interfaces, &attempt, client.id);
         let labels = self.labels(client, p.group.interface, p.interface_name);
         // Spans tagged upstream are forwarded as they came.
         let tag = slot.filter(|_| !attempt.tagged).map(|at| {
@@ -432,8 +478,25 @@ impl Pipeline {
             place::write_place_tags(&mut r.placed, &r.reason, p.interface_name);
             (at, start..r.placed.len())
         });
+        let obs = place::observation(&p, &attempt, labels);
+        // Its call's other side may still come: a server span of its observed interface, or
+        // one that places an attempt naming no server.
+        let observed = interfaces.client_from(p.interface).is_some();
+        if interfaces.any_observed() && (observed || attempt.origin.is_none()) {
+            joins
+                .remember
+                .push((key, extract::Owned::of(&attempt), obs));
+        }
+        joins.seen(
+            key,
+            Some(Root {
+                bytes,
+                client: client.client,
+                slot,
+            }),
+        );
         staged.push(Staged {
-            obs: place::observation(&p, attempt, labels),
+            obs,
             operation: attempt.operation,
             tag,
         });
@@ -442,22 +505,13 @@ impl Pipeline {
         }
     }
 
-    /// Takes a SERVER span of an observed resource aside, with its place among the tags.
-    fn read_server<'a>(
-        &self,
-        r: &mut RequestState<'_>,
-        span: wire::SpanRef<'a>,
-        bytes: &'a [u8],
-    ) -> server::ServerSpan<'a> {
+    /// Counts a span read, and reserves its place among the tags when asked for them.
+    fn read(&self, r: &mut RequestState<'_>, span: &wire::SpanRef<'_>) -> Option<usize> {
         r.summary.accepted += 1;
         if span.attribute_count() > self.max_attributes {
             r.summary.truncated += 1;
         }
-        server::ServerSpan {
-            slot: r.tags.as_deref_mut().map(SpanTags::push_span),
-            span,
-            bytes,
-        }
+        r.tags.as_deref_mut().map(SpanTags::push_span)
     }
 
     /// Runs the staged attempts through the tracker and fills in their tags.

@@ -561,9 +561,9 @@ interfaces:
         let mut child = mcp(2, 9, "initialize");
         child.trace_id = vec![8; 16];
         send(&p, "weather-mcp", vec![child, asgi(1, 0, "/mcp", "200")], 1);
-        // One call, held for the client's own span, which never comes; then the MCP span's,
-        // under the client the ASGI span names.
-        assert_eq!(p.calls().held(), 1);
+        // One call of two spans, held for the client's own span, which never comes; then the
+        // MCP span's, under the client the ASGI span names.
+        assert_eq!(p.calls().held(), 2);
         p.sweep(window + 2);
         assert_eq!(attempts(&p, "planner/1.0"), 1);
         assert_eq!(attempts(&p, UNKNOWN_CLIENT_NAME), 0);

@@ -103,7 +103,7 @@ pub struct GroupId {
 }
 
 /// What the tracker needs of one attempt.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Observation {
     /// The client instance and interface.
     pub group: GroupId,
@@ -269,6 +269,7 @@ pub struct Params {
     key_ttl: Nanos,
     reorder_window: Nanos,
     max_held_spans: usize,
+    max_held_bytes: usize,
     /// Attempts kept per key.
     depth: usize,
 }
@@ -283,6 +284,7 @@ impl Params {
             key_ttl: nanos(c.key_ttl),
             reorder_window: nanos(c.reorder_window),
             max_held_spans: c.max_held_spans,
+            max_held_bytes: c.max_held_bytes(),
             // The budget looks at max_retries + 1 attempts before the one judged.
             depth: (c.max_retries as usize + 2).max(4),
         }
@@ -535,6 +537,11 @@ impl Tracker {
     /// `tracker.max_held_spans`.
     pub fn max_held_spans(&self) -> usize {
         self.params.max_held_spans
+    }
+
+    /// `tracker.max_held_mib`, in bytes.
+    pub fn max_held_bytes(&self) -> usize {
+        self.params.max_held_bytes
     }
 
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else

@@ -1,0 +1,613 @@
+//! Tests of call assembly (DESIGN §11): the links, each merge rule, and the call trees the
+//! real stacks record (FastMCP, the MCP SDK with the httpx instrumentation, an observed server).
+
+use super::*;
+use crate::url::Origin;
+
+const AGENT: Client<'static> = Client {
+    name: "agent",
+    instance: Some("pod-1"),
+};
+
+/// A client span of `family`; `verb target` its operation.
+fn span(family: Family, verb: &'static str, target: &'static str) -> Attempt<'static> {
+    Attempt {
+        client: AGENT,
+        family,
+        origin: None,
+        path: None,
+        http_method: None,
+        operation: Operation::new(verb, target, family == Family::Grpc),
+        signal: Signal::default(),
+        tagged: false,
+        start: 100,
+        end: 200,
+        trace_id: &[1; 16],
+        span_id: &[1; 8],
+        parent_span_id: &[],
+    }
+}
+
+fn mcp(verb: &'static str, target: &'static str) -> Attempt<'static> {
+    span(Family::Mcp, verb, target)
+}
+
+/// An HTTP request to `path` on the MCP server, answered `status`.
+fn post(path: &'static str, status: u16) -> Attempt<'static> {
+    Attempt {
+        origin: Origin::new("http", "mcp.test", Some(8080)),
+        path: Some(path),
+        http_method: Some("POST"),
+        operation: Operation::new("POST", path, false),
+        signal: Signal {
+            http_status: Some(status),
+            status_error: status >= 400,
+            ..Signal::default()
+        },
+        ..span(Family::Http, "POST", path)
+    }
+}
+
+fn client(attempt: Attempt<'static>) -> Member<'static> {
+    Member {
+        attempt,
+        side: Side::Client,
+        named: false,
+    }
+}
+
+fn server(attempt: Attempt<'static>, named: bool) -> Member<'static> {
+    Member {
+        attempt: Attempt {
+            client: if named {
+                Client {
+                    name: "prober/1.0",
+                    instance: None,
+                }
+            } else {
+                UNKNOWN
+            },
+            ..attempt
+        },
+        side: Side::Server(2),
+        named,
+    }
+}
+
+fn at(a: Attempt<'static>, start: u64, end: u64) -> Attempt<'static> {
+    Attempt { start, end, ..a }
+}
+
+fn parent(p: usize, link: Link) -> Joined {
+    Joined {
+        parent: Some((p, link)),
+        carrier: None,
+    }
+}
+
+const ROOT: Joined = Joined {
+    parent: None,
+    carrier: None,
+};
+
+fn never_undeclared(_: &Attempt<'_>) -> bool {
+    false
+}
+
+/// The attempts of a call, each with its interface, in member order.
+fn attempts<'a>(roles: &[Role<'a>]) -> Vec<(usize, Attempt<'a>, Option<usize>)> {
+    roles
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| match r {
+            Role::Attempt { attempt, interface } => Some((i, attempt.clone(), *interface)),
+            Role::Part => None,
+        })
+        .collect()
+}
+
+#[test]
+fn links_join_only_the_spans_of_one_call() {
+    let sdk = client(mcp("tools/call", "lookup"));
+    let http = client(post("/mcp", 200));
+    let other = Member {
+        attempt: Attempt {
+            client: Client {
+                name: "other",
+                instance: None,
+            },
+            ..post("/mcp", 200)
+        },
+        ..http.clone()
+    };
+    let cases = [
+        (&http, &sdk, Some(Link::Transport)),
+        (&other, &sdk, None), // another client
+        (&http, &http, None), // HTTP under HTTP
+        (
+            &client(mcp("tools/call", "lookup")),
+            &sdk,
+            Some(Link::Nested),
+        ),
+        (&client(mcp("tools/call", "other")), &sdk, None),
+        (
+            &client(span(Family::A2a, "tools/call", "lookup")),
+            &sdk,
+            None,
+        ),
+        (
+            &sdk,
+            &client(span(Family::Grpc, "tools/call", "lookup")),
+            None,
+        ),
+        (
+            &client(span(Family::Grpc, "pkg.S", "M")),
+            &client(span(Family::Grpc, "pkg.S", "M")),
+            Some(Link::Nested),
+        ),
+        (
+            &server(mcp("tools/call", "lookup"), false),
+            &http,
+            Some(Link::ServerOf),
+        ),
+        (
+            &server(mcp("tools/call", "lookup"), false),
+            &sdk,
+            Some(Link::ServerOf),
+        ),
+        (
+            &server(mcp("tools/call", "lookup"), false),
+            &server(post("/mcp", 200), true),
+            Some(Link::Carried),
+        ),
+        (
+            &server(post("/mcp", 200), true),
+            &server(mcp("x", ""), false),
+            None,
+        ),
+        (&sdk, &server(post("/mcp", 200), true), None),
+    ];
+    for (i, (child, parent, want)) in cases.into_iter().enumerate() {
+        assert_eq!(link(child, parent), want, "case {i}");
+    }
+    let mut elsewhere = server(post("/mcp", 200), true);
+    elsewhere.side = Side::Server(3);
+    assert_eq!(link(&server(mcp("x", ""), false), &elsewhere), None);
+}
+
+#[test]
+fn nested_spans_take_the_inner_facts_else_the_outer_and_fail_when_either_does() {
+    let outer = Attempt {
+        origin: Origin::new("http", "outer.test", None),
+        path: Some("/outer"),
+        signal: Signal {
+            error_type: Some("tool_error"),
+            jsonrpc_code: Some(-32602),
+            status_error: true,
+            retry_after: Some(5),
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "lookup")
+    };
+    let inner = Attempt {
+        span_id: &[2; 8],
+        start: 110,
+        ..mcp("tools/call", "lookup")
+    };
+    let call = nest(&outer, &inner);
+    assert_eq!(call.signal.error_type, Some("tool_error"));
+    assert_eq!(call.signal.jsonrpc_code, Some(-32602));
+    assert!(call.signal.status_error);
+    assert_eq!(call.signal.retry_after, Some(5));
+    assert_eq!(
+        call.origin.as_ref().map(Origin::as_str),
+        Some("http://outer.test")
+    );
+    assert_eq!(call.path, Some("/outer"));
+    assert_eq!(
+        (call.span_id, call.start),
+        (&[2u8; 8][..], 110),
+        "the inner span"
+    );
+    let inner_says = Attempt {
+        origin: Origin::new("http", "inner.test", None),
+        path: Some("/inner"),
+        signal: Signal {
+            error_type: Some("McpError"),
+            jsonrpc_code: Some(-32601),
+            http_status: Some(200),
+            grpc_code: Some(3),
+            timeout: Some("ReadTimeout"),
+            ..Signal::default()
+        },
+        ..inner
+    };
+    let outer_says = Attempt {
+        signal: Signal {
+            http_status: Some(500),
+            grpc_code: Some(14),
+            timeout: Some("Deadline"),
+            ..outer.signal
+        },
+        ..outer
+    };
+    let call = nest(&outer_says, &inner_says);
+    assert_eq!(call.signal.error_type, Some("McpError"));
+    assert_eq!(call.signal.jsonrpc_code, Some(-32601));
+    assert_eq!(call.signal.http_status, Some(200));
+    assert_eq!(call.signal.grpc_code, Some(3));
+    assert_eq!(call.signal.timeout, Some("ReadTimeout"));
+    assert_eq!(
+        call.origin.as_ref().map(Origin::as_str),
+        Some("http://inner.test")
+    );
+    assert_eq!(call.path, Some("/inner"));
+    let both_fine = nest(&mcp("x", ""), &mcp("x", ""));
+    assert!(!both_fine.signal.status_error);
+}
+
+#[test]
+fn a_transport_request_is_an_attempt_of_its_calls_operation_and_the_last_carries_its_code() {
+    let call = Attempt {
+        signal: Signal {
+            jsonrpc_code: Some(-32602),
+            error_type: Some("-32602"),
+            status_error: true,
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "lookup")
+    };
+    let request = Attempt {
+        signal: Signal {
+            retry_after: Some(7),
+            timeout: Some("ReadTimeout"),
+            ..post("/mcp", 503).signal
+        },
+        ..post("/mcp", 503)
+    };
+    let first = transport(&call, &request, false, false);
+    assert_eq!(first.family, Family::Mcp);
+    assert_eq!(
+        first.operation,
+        Operation::new("tools/call", "lookup", false)
+    );
+    assert_eq!(first.path, Some("/mcp"));
+    assert_eq!(first.http_method, Some("POST"));
+    assert_eq!(
+        first.origin.as_ref().map(Origin::as_str),
+        Some("http://mcp.test:8080")
+    );
+    assert_eq!(first.signal.http_status, Some(503));
+    assert_eq!(first.signal.retry_after, Some(7));
+    assert_eq!(first.signal.timeout, Some("ReadTimeout"));
+    assert_eq!(first.signal.jsonrpc_code, None, "not the last");
+    assert_eq!(first.signal.error_type, None);
+    assert!(first.signal.status_error, "its own 503");
+    let ok = post("/mcp", 200);
+    let last = transport(&call, &ok, true, false);
+    assert_eq!(last.signal.jsonrpc_code, Some(-32602));
+    assert_eq!(last.signal.error_type, Some("-32602"));
+    assert!(last.signal.status_error);
+    assert!(
+        !transport(&mcp("x", ""), &ok, true, false)
+            .signal
+            .status_error
+    );
+    // To an undeclared path: the path is part of the operation, and a 404 answers it.
+    let refused = Attempt {
+        signal: Signal {
+            jsonrpc_code: Some(-32601),
+            ..call.signal
+        },
+        ..call
+    };
+    let wrong = transport(&refused, &post("/mcp/sse", 404), true, true);
+    assert_eq!(wrong.operation.via, "/mcp/sse");
+    assert_eq!(wrong.operation.to_string(), "tools/call lookup /mcp/sse");
+    assert_eq!(wrong.signal.jsonrpc_code, None);
+    assert_eq!(wrong.signal.http_status, Some(404));
+    let answered = transport(&refused, &post("/mcp/sse", 200), true, true);
+    assert_eq!(answered.signal.jsonrpc_code, Some(-32601), "not a 404");
+    let declared = transport(&refused, &post("/mcp", 404), true, false);
+    assert_eq!(declared.operation.via, "");
+    assert_eq!(declared.signal.jsonrpc_code, Some(-32601));
+}
+
+#[test]
+fn the_server_side_fills_in_what_the_client_did_not_say() {
+    let client_ok = post("/mcp", 200);
+    let server = Attempt {
+        path: Some("/srv"),
+        signal: Signal {
+            error_type: Some("ValidationError"),
+            jsonrpc_code: Some(-32602),
+            http_status: Some(500),
+            grpc_code: Some(2),
+            timeout: Some("Deadline"),
+            retry_after: Some(9),
+            status_error: true,
+        },
+        ..mcp("tools/call", "lookup")
+    };
+    let call = with_server(&client_ok, &server);
+    assert_eq!(call.signal.http_status, Some(200), "the client's code");
+    assert_eq!(call.signal.jsonrpc_code, Some(-32602), "else the server's");
+    assert_eq!(call.signal.error_type, Some("ValidationError"));
+    assert_eq!(call.signal.grpc_code, Some(2));
+    assert_eq!(call.signal.timeout, Some("Deadline"));
+    assert_eq!(call.signal.retry_after, Some(9));
+    assert!(!call.signal.status_error, "a server's status says nothing");
+    assert_eq!(call.path, Some("/mcp"));
+    assert_eq!(call.operation, client_ok.operation);
+    let pathless = with_server(&mcp("tools/call", "lookup"), &server);
+    assert_eq!(pathless.path, Some("/srv"));
+    let client_says = Attempt {
+        signal: Signal {
+            jsonrpc_code: Some(-32601),
+            error_type: Some("McpError"),
+            grpc_code: Some(12),
+            timeout: Some("ReadTimeout"),
+            retry_after: Some(1),
+            status_error: true,
+            ..client_ok.signal
+        },
+        ..client_ok
+    };
+    let call = with_server(&client_says, &server);
+    assert_eq!(call.signal.jsonrpc_code, Some(-32601));
+    assert_eq!(call.signal.error_type, Some("McpError"));
+    assert_eq!(call.signal.grpc_code, Some(12));
+    assert_eq!(call.signal.timeout, Some("ReadTimeout"));
+    assert_eq!(call.signal.retry_after, Some(1));
+    assert!(call.signal.status_error);
+}
+
+#[test]
+fn fastmcp_a_framework_span_around_the_sdks_around_a_request_with_the_servers_span() {
+    // FastMCP's client span (tool_error), the MCP SDK's (a good JSON-RPC answer), httpx's
+    // POST, and FastMCP's server span under the POST (ValidationError).
+    let outer = Attempt {
+        signal: Signal {
+            error_type: Some("tool_error"),
+            status_error: true,
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "get_weather")
+    };
+    let members = [
+        client(outer),
+        client(at(mcp("tools/call", "get_weather"), 110, 190)),
+        client(at(post("/mcp", 200), 120, 180)),
+        server(
+            Attempt {
+                signal: Signal {
+                    error_type: Some("ValidationError"),
+                    ..Signal::default()
+                },
+                ..mcp("tools/call", "get_weather")
+            },
+            false,
+        ),
+    ];
+    let joined = [
+        ROOT,
+        parent(0, Link::Nested),
+        parent(1, Link::Transport),
+        parent(2, Link::ServerOf),
+    ];
+    let roles = assemble(&members, &joined, never_undeclared);
+    let found = attempts(&roles);
+    assert_eq!(found.len(), 1, "{roles:?}");
+    let (i, a, interface) = &found[0];
+    assert_eq!(*i, 2, "the request is the attempt");
+    assert_eq!(*interface, None, "it names its server");
+    assert_eq!(a.family, Family::Mcp);
+    assert_eq!(a.operation.to_string(), "tools/call get_weather");
+    assert_eq!(a.client, AGENT);
+    assert_eq!(a.signal.http_status, Some(200));
+    assert_eq!(a.signal.error_type, Some("tool_error"), "the framework's");
+    assert!(a.signal.status_error);
+}
+
+#[test]
+fn the_mcp_sdk_with_httpx_and_an_observed_asgi_server_is_one_attempt() {
+    // The client's MCP span and its POST; the server's ASGI span (child of the POST, naming
+    // the client) and its MCP span (child of the client's MCP span through `_meta`, carried
+    // by the ASGI span).
+    let members = [
+        client(mcp("tools/call", "lookup")),
+        client(at(post("/mcp", 200), 110, 190)),
+        server(post("/mcp", 200), true),
+        server(
+            Attempt {
+                signal: Signal {
+                    error_type: Some("tool_error"),
+                    ..Signal::default()
+                },
+                ..mcp("tools/call", "lookup")
+            },
+            false,
+        ),
+    ];
+    let joined = [
+        ROOT,
+        parent(0, Link::Transport),
+        parent(1, Link::ServerOf),
+        Joined {
+            parent: Some((0, Link::ServerOf)),
+            carrier: Some(2),
+        },
+    ];
+    let roles = assemble(&members, &joined, never_undeclared);
+    let found = attempts(&roles);
+    assert_eq!(found.len(), 1, "{roles:?}");
+    let (i, a, _) = &found[0];
+    assert_eq!(*i, 1);
+    assert_eq!(a.client, AGENT);
+    assert_eq!(
+        a.signal.error_type,
+        Some("tool_error"),
+        "the server's tool error"
+    );
+}
+
+#[test]
+fn a_client_that_names_no_server_goes_where_the_server_span_is() {
+    let members = [
+        client(Attempt {
+            signal: Signal {
+                jsonrpc_code: Some(-32601),
+                ..Signal::default()
+            },
+            ..mcp("completion/complete", "")
+        }),
+        server(
+            Attempt {
+                path: Some("/mcp"),
+                ..mcp("completion/complete", "")
+            },
+            false,
+        ),
+    ];
+    let roles = assemble(
+        &members,
+        &[ROOT, parent(0, Link::ServerOf)],
+        never_undeclared,
+    );
+    let found = attempts(&roles);
+    assert_eq!(found.len(), 1);
+    let (i, a, interface) = &found[0];
+    assert_eq!((*i, *interface), (0, Some(2)));
+    assert_eq!(a.path, Some("/mcp"));
+    assert_eq!(a.signal.jsonrpc_code, Some(-32601));
+    assert_eq!(roles[1], Role::Part);
+}
+
+#[test]
+fn server_spans_alone_are_the_attempt_under_the_client_their_carrier_names() {
+    let carrier = server(post("/mcp", 200), true);
+    let carried = server(mcp("tools/call", "lookup"), false);
+    let roles = assemble(
+        &[carrier.clone(), carried.clone()],
+        &[
+            ROOT,
+            Joined {
+                parent: None,
+                carrier: Some(0),
+            },
+        ],
+        never_undeclared,
+    );
+    let found = attempts(&roles);
+    assert_eq!(found.len(), 1);
+    let (i, a, interface) = &found[0];
+    assert_eq!((*i, *interface), (1, Some(2)));
+    assert_eq!(a.client.name, "prober/1.0");
+    // Alone, each is its own attempt; the protocol span under nobody.
+    let roles = assemble(&[carried], &[ROOT], never_undeclared);
+    let found = attempts(&roles);
+    assert_eq!(found[0].1.client.name, UNKNOWN_CLIENT);
+    let mut named = server(mcp("tools/call", "lookup"), true);
+    named.attempt.client.name = "alice";
+    let roles = assemble(
+        &[carrier, named],
+        &[
+            ROOT,
+            Joined {
+                parent: None,
+                carrier: Some(0),
+            },
+        ],
+        never_undeclared,
+    );
+    assert_eq!(
+        attempts(&roles)[0].1.client.name,
+        "alice",
+        "its own name first"
+    );
+}
+
+#[test]
+fn transport_retries_are_attempts_and_the_last_carries_the_calls_code() {
+    let call = Attempt {
+        signal: Signal {
+            jsonrpc_code: Some(-32602),
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "flaky")
+    };
+    let members = [
+        client(call),
+        client(at(post("/mcp", 503), 110, 120)),
+        client(at(post("/mcp", 200), 150, 170)),
+        client(at(post("/mcp", 503), 130, 140)),
+        server(post("/mcp", 200), true),
+    ];
+    let joined = [
+        ROOT,
+        parent(0, Link::Transport),
+        parent(0, Link::Transport),
+        parent(0, Link::Transport),
+        parent(3, Link::ServerOf),
+    ];
+    let roles = assemble(&members, &joined, never_undeclared);
+    let found = attempts(&roles);
+    let codes: Vec<_> = found
+        .iter()
+        .map(|(i, a, _)| (*i, a.signal.http_status, a.signal.jsonrpc_code))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (1, Some(503), None),
+            (2, Some(200), Some(-32602)),
+            (3, Some(503), None)
+        ]
+    );
+    assert_eq!(roles[4], Role::Part, "the server side of the third");
+}
+
+#[test]
+fn a_server_span_of_a_protocol_call_goes_to_the_request_it_answered_else_the_last() {
+    let members = [
+        client(mcp("tools/call", "x")),
+        client(at(post("/mcp", 503), 110, 120)),
+        client(at(post("/mcp", 200), 150, 170)),
+        server(
+            Attempt {
+                signal: Signal {
+                    error_type: Some("Boom"),
+                    ..Signal::default()
+                },
+                ..mcp("tools/call", "x")
+            },
+            false,
+        ),
+    ];
+    let to = |joined: Joined| {
+        let all = [
+            ROOT,
+            parent(0, Link::Transport),
+            parent(0, Link::Transport),
+            joined,
+        ];
+        attempts(&assemble(&members, &all, never_undeclared))
+            .into_iter()
+            .filter(|(_, a, _)| a.signal.error_type == Some("Boom"))
+            .map(|(i, _, _)| i)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(to(parent(1, Link::ServerOf)), [1]);
+    assert_eq!(to(parent(0, Link::ServerOf)), [2], "the last");
+}
+
+#[test]
+fn assembly_survives_ids_that_loop() {
+    let members = [client(mcp("x", "")), client(mcp("x", ""))];
+    let joined = [parent(1, Link::Nested), parent(0, Link::Nested)];
+    let roles = assemble(&members, &joined, never_undeclared);
+    assert_eq!(roles.len(), 2);
+    let members = [server(mcp("x", ""), false), client(mcp("x", ""))];
+    let joined = [parent(1, Link::ServerOf), parent(1, Link::Nested)];
+    assert_eq!(assemble(&members, &joined, never_undeclared).len(), 2);
+}

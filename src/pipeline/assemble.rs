@@ -1,0 +1,892 @@
+//! One call, one attempt (DESIGN §9, §11), wired: the spans of a request that may be part of
+//! a call with others, joined with each other and with the calls kept from earlier requests,
+//! assembled ([`crate::extract::call`]), and counted — or held for the rest of their call.
+//!
+//! Core, as the rest of the pipeline: no sockets, no clock. A request's CLIENT spans that name
+//! no parent are attempts at once (the hot path: they cost a line in [`Joins::seen`]); the
+//! others, and every SERVER span of an observed interface, are *nodes*, joined once the whole
+//! request has been read, under one lock of [`Calls`]. A call none of whose spans waits for a
+//! parent still to come is counted; a span of it counted earlier (an attempt on its own, or
+//! the call before a late span arrived) is taken back from the tracker first while it is
+//! pending, so the call is counted once whatever the order its spans came in.
+
+use super::calls::{key, Bound, Call, Calls, Kept, SpanKey, State};
+use super::{place, Pipeline, RequestState};
+use crate::discovery::{Declared, InterfaceRef, Interfaces};
+use crate::extract::call::{self, Joined, Link, Member, Role, Side};
+use crate::extract::{self, Attempt, Client, Family, Owned, UNKNOWN_CLIENT};
+use crate::otlp::tags::SpanTags;
+use crate::otlp::wire::SpanRef;
+use crate::otlp::SpanView;
+use crate::tracker::{Event, Nanos, Observation, Retraction};
+use foldhash::{HashMap, HashSet};
+
+/// A span of the request that may be part of a call with others: one that names a parent, a
+/// parent named earlier in the request, or a SERVER span of an observed interface.
+pub(super) struct Node<'a> {
+    /// The span read as an attempt.
+    pub member: Member<'a>,
+    /// The span.
+    pub key: SpanKey,
+    /// The parent it names.
+    pub parent: Option<SpanKey>,
+    /// The HTTP server span of the same export whose time contains it (a protocol server
+    /// span whose parent is not one: DESIGN §9).
+    pub carrier: Option<SpanKey>,
+    /// Its place among the request's tags, when forwarding.
+    pub slot: Option<usize>,
+}
+
+/// An attempt of the request counted at once, which a later span of its call may join.
+pub(super) struct Root<'a> {
+    /// Its span's protobuf bytes, read again if it joins a call.
+    pub bytes: &'a [u8],
+    /// Its client.
+    pub client: Client<'a>,
+    /// Its place among the request's tags, when forwarding.
+    pub slot: Option<usize>,
+}
+
+/// What a request's spans say of their calls.
+#[derive(Default)]
+pub(super) struct Joins<'a> {
+    /// The spans to join.
+    pub nodes: Vec<Node<'a>>,
+    /// Every other span since recording began: its key, and its index in `roots` when it was
+    /// an attempt.
+    pub seen: Vec<(SpanKey, Option<u32>)>,
+    /// The attempts counted at once, since recording began.
+    pub roots: Vec<Root<'a>>,
+    /// The parents `nodes` name, so that a span named before it comes is a node too.
+    pub awaited: HashSet<SpanKey>,
+    /// Attempts counted at once whose call's other side may still come: remembered.
+    pub remember: Vec<(SpanKey, Owned, Observation)>,
+    /// Whether other spans are recorded in `seen`: from the first node on, or from the start
+    /// when calls are kept. A request of spans that name no parent records nothing.
+    pub recording: bool,
+    /// The spans read before recording began (read again only when a node's parent is not
+    /// found elsewhere: a parent before its child in one export).
+    pub unrecorded: u32,
+}
+
+impl<'a> Joins<'a> {
+    /// Whether a node of the request named `key` as its parent.
+    pub fn awaits(&self, key: &SpanKey) -> bool {
+        !self.awaited.is_empty() && self.awaited.contains(key)
+    }
+
+    /// Adds a node.
+    pub fn node(&mut self, node: Node<'a>) {
+        self.recording = true;
+        if let Some(parent) = node.parent {
+            self.awaited.insert(parent);
+        }
+        self.nodes.push(node);
+    }
+
+    /// Adds a span that is not a node: a root attempt (`Some`) or any other span.
+    pub fn seen(&mut self, key: SpanKey, root: Option<Root<'a>>) {
+        if !self.recording {
+            self.unrecorded += 1;
+            return;
+        }
+        let at = root.map(|root| {
+            self.roots.push(root);
+            (self.roots.len() - 1) as u32
+        });
+        self.seen.push((key, at));
+    }
+
+    /// Whether there is anything to join.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.remember.is_empty() && self.seen.is_empty()
+    }
+}
+
+/// Where a span of the work set comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    /// A node of the request (`Joins::nodes`), with its tag slot.
+    Node(usize),
+    /// A root of the request (`Joins::roots`), counted already.
+    Root(usize),
+    /// Span `member` of kept call `call` (of the calls taken out).
+    Kept { call: usize, member: usize },
+}
+
+/// The spans being joined: the request's and the kept calls taken out for them.
+struct Work<'w> {
+    members: Vec<Member<'w>>,
+    keys: Vec<SpanKey>,
+    parents: Vec<Option<SpanKey>>,
+    carriers: Vec<Option<SpanKey>>,
+    from: Vec<From>,
+    /// Its parent is still to come (not among the spans, not seen in the request, and not
+    /// given up on).
+    open: Vec<bool>,
+}
+
+impl<'w> Work<'w> {
+    fn new() -> Work<'w> {
+        Work {
+            members: Vec::new(),
+            keys: Vec::new(),
+            parents: Vec::new(),
+            carriers: Vec::new(),
+            from: Vec::new(),
+            open: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, member: Member<'w>, key: SpanKey, parent: Option<SpanKey>, from: From) {
+        self.members.push(member);
+        self.keys.push(key);
+        self.parents.push(parent);
+        self.carriers.push(None);
+        self.from.push(from);
+        self.open.push(false);
+    }
+
+    /// Each span's join to the others (DESIGN §11) and the calls they form: sets of indexes.
+    fn calls(&self) -> (Vec<Joined>, Vec<Vec<usize>>) {
+        let n = self.members.len();
+        let index: HashMap<SpanKey, usize> =
+            self.keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+        let mut joined = vec![Joined::default(); n];
+        let mut set = Sets::new(n);
+        let found = |k: &Option<SpanKey>| k.as_ref().and_then(|k| index.get(k)).copied();
+        for (i, joined) in joined.iter_mut().enumerate() {
+            let member = &self.members[i];
+            if let Some(p) = found(&self.parents[i]).filter(|&p| p != i) {
+                match call::link(member, &self.members[p]) {
+                    Some(Link::Carried) => joined.carrier = Some(p),
+                    Some(link) => joined.parent = Some((p, link)),
+                    None => {}
+                }
+            }
+            if joined.carrier.is_none() {
+                joined.carrier = found(&self.carriers[i]).filter(|&h| {
+                    h != i && call::link(member, &self.members[h]) == Some(Link::Carried)
+                });
+            }
+            for j in joined
+                .parent
+                .map(|(p, _)| p)
+                .into_iter()
+                .chain(joined.carrier)
+            {
+                set.join(i, j);
+            }
+        }
+        (joined, set.groups())
+    }
+}
+
+/// Disjoint sets of indexes (union by size, path halving).
+struct Sets {
+    parent: Vec<usize>,
+    size: Vec<usize>,
+}
+
+impl Sets {
+    fn new(n: usize) -> Sets {
+        Sets {
+            parent: (0..n).collect(),
+            size: vec![1; n],
+        }
+    }
+
+    fn find(&mut self, mut i: usize) -> usize {
+        while self.parent[i] != i {
+            self.parent[i] = self.parent[self.parent[i]];
+            i = self.parent[i];
+        }
+        i
+    }
+
+    fn join(&mut self, a: usize, b: usize) {
+        let (mut a, mut b) = (self.find(a), self.find(b));
+        if a == b {
+            return;
+        }
+        if self.size[a] < self.size[b] {
+            std::mem::swap(&mut a, &mut b);
+        }
+        self.parent[b] = a;
+        self.size[a] += self.size[b];
+    }
+
+    /// The sets, each in index order, in the order of their first index.
+    fn groups(mut self) -> Vec<Vec<usize>> {
+        let n = self.parent.len();
+        let mut at: Vec<Option<usize>> = vec![None; n];
+        let mut out: Vec<Vec<usize>> = Vec::new();
+        for i in 0..n {
+            let root = self.find(i);
+            let g = *at[root].get_or_insert_with(|| {
+                out.push(Vec::new());
+                out.len() - 1
+            });
+            out[g].push(i);
+        }
+        out
+    }
+}
+
+/// A client nobody named.
+const UNKNOWN: Client<'static> = Client {
+    name: UNKNOWN_CLIENT,
+    instance: None,
+};
+
+/// What counting a call needs: the clock, where its events go, and, for the calls of a
+/// request, its tags and its count of attempts.
+struct Counting<'r> {
+    now: Nanos,
+    events: &'r mut Vec<Event>,
+    tags: Option<&'r mut SpanTags>,
+    attempts: &'r mut u64,
+}
+
+impl Pipeline {
+    /// A SERVER span of the resource sent by an observed interface's server, as a node.
+    pub(super) fn server_node<'a>(
+        &self,
+        interfaces: &Interfaces,
+        index: usize,
+        span: &SpanRef<'a>,
+        slot: Option<usize>,
+    ) -> Option<Node<'a>> {
+        let attempt = match extract::extract_server(UNKNOWN, span, self.max_attributes) {
+            Ok(attempt) => attempt,
+            Err(skip) => {
+                self.metrics.span_skipped(skip.label());
+                return None;
+            }
+        };
+        let client_from = interfaces
+            .client_from(InterfaceRef::Configured(index))
+            .unwrap_or_default();
+        let named = extract::server_client(span, client_from, self.max_attributes);
+        let parent = (!attempt.parent_span_id.is_empty())
+            .then(|| key(attempt.trace_id, attempt.parent_span_id));
+        Some(Node {
+            key: key(attempt.trace_id, attempt.span_id),
+            parent,
+            carrier: None,
+            slot,
+            member: Member {
+                attempt: Attempt {
+                    client: named.unwrap_or(UNKNOWN),
+                    ..attempt
+                },
+                side: Side::Server(index),
+                named: named.is_some(),
+            },
+        })
+    }
+
+    /// Joins the request's spans with each other and with the kept calls, counts every call
+    /// that waits for nothing more, and keeps the rest (DESIGN §11).
+    pub(super) fn assemble<'a>(
+        &self,
+        r: &mut RequestState<'_>,
+        interfaces: &Interfaces,
+        joins: Joins<'a>,
+        body: &'a [u8],
+    ) {
+        let mut calls = self.calls();
+        let Joins {
+            nodes,
+            mut seen,
+            mut roots,
+            remember,
+            unrecorded,
+            ..
+        } = joins;
+        // Parents read before recording began (a parent before its child in one export).
+        let missing: HashSet<SpanKey> = if unrecorded == 0 {
+            HashSet::default()
+        } else {
+            let have: HashSet<SpanKey> = nodes
+                .iter()
+                .map(|n| n.key)
+                .chain(seen.iter().map(|s| s.0))
+                .collect();
+            nodes
+                .iter()
+                .filter_map(|n| n.parent)
+                .filter(|p| !have.contains(p) && !calls.holds(p))
+                .collect()
+        };
+        if !missing.is_empty() {
+            for (k, root) in self.read_again(body, unrecorded, &missing) {
+                let at = root.map(|root| {
+                    roots.push(root);
+                    (roots.len() - 1) as u32
+                });
+                seen.push((k, at));
+            }
+        }
+        let mut taken: Vec<Call> = Vec::new();
+        let mut known: HashSet<SpanKey> = HashSet::default();
+        // The request's nodes, each once; a span kept already is an exporter's retry.
+        let mut fresh: Vec<usize> = Vec::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            if calls.holds(&n.key) || !known.insert(n.key) {
+                self.metrics.span_skipped("duplicate");
+                continue;
+            }
+            fresh.push(i);
+        }
+        // The kept calls and the request's roots that join them, found from the nodes out.
+        let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
+            HashMap::default()
+        } else {
+            seen.iter().copied().collect()
+        };
+        let mut used_roots: Vec<usize> = Vec::new();
+        let mut frontier: Vec<(SpanKey, Option<SpanKey>)> = fresh
+            .iter()
+            .map(|&i| (nodes[i].key, nodes[i].parent))
+            .collect();
+        if calls.any_awaiting() {
+            for (k, root) in &seen {
+                if let Some(call) = calls.take_awaiting(k) {
+                    frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                    known.extend(call.members.iter().map(|m| m.key));
+                    taken.push(call);
+                    if let Some(root) = root {
+                        if known.insert(*k) {
+                            used_roots.push(*root as usize);
+                        }
+                    }
+                }
+            }
+        }
+        while let Some((k, parent)) = frontier.pop() {
+            while let Some(call) = calls.take_awaiting(&k) {
+                frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                known.extend(call.members.iter().map(|m| m.key));
+                taken.push(call);
+            }
+            let Some(p) = parent.filter(|p| !known.contains(p)) else {
+                continue;
+            };
+            if let Some(call) = calls.take_member(&p) {
+                frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                known.extend(call.members.iter().map(|m| m.key));
+                taken.push(call);
+            } else if let Some(Some(root)) = seen_at.get(&p) {
+                known.insert(p);
+                used_roots.push(*root as usize);
+                frontier.push((p, None));
+            }
+        }
+        // The work set: nodes, roots read again, and the kept spans.
+        let root_spans: Vec<Option<SpanRef<'a>>> = used_roots
+            .iter()
+            .map(|&i| SpanRef::parse(roots[i].bytes).ok())
+            .collect();
+        let mut work = Work::new();
+        for &i in &fresh {
+            let n = &nodes[i];
+            work.push(n.member.clone(), n.key, n.parent, From::Node(i));
+            *work.carriers.last_mut().expect("pushed") = n.carrier;
+        }
+        for (at, span) in used_roots.iter().zip(&root_spans) {
+            let root = &roots[*at];
+            let Some(attempt) = span
+                .as_ref()
+                .and_then(|s| extract::extract(root.client, s, self.max_attributes).ok())
+            else {
+                continue;
+            };
+            let k = key(attempt.trace_id, attempt.span_id);
+            let member = Member {
+                attempt,
+                side: Side::Client,
+                named: false,
+            };
+            work.push(member, k, None, From::Root(*at));
+        }
+        self.push_kept(&mut work, &taken);
+        let has_seen = |k: &SpanKey| seen_at.contains_key(k);
+        mark_open(&mut work, &taken, &known, has_seen);
+        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
+        let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
+        let mut counting = Counting {
+            now: r.now,
+            events: &mut r.events,
+            tags: r.tags.as_deref_mut(),
+            attempts: &mut r.summary.attempts,
+        };
+        let forced = self.run(
+            &mut calls,
+            interfaces,
+            &work,
+            &taken,
+            &mut counting,
+            (&slots, &root_slots),
+            true,
+        );
+        drop(work);
+        drop(root_spans);
+        // Attempts counted at once whose other side may come: remembered, unless joined above.
+        let mut forced = forced;
+        for (k, facts, obs) in remember {
+            if known.contains(&k) {
+                continue;
+            }
+            let kept = Kept {
+                facts,
+                side: Side::Client,
+                named: false,
+                key: k,
+                parent: None,
+                carrier: None,
+                skipped: false,
+            };
+            forced.extend(calls.keep(Call {
+                members: vec![kept],
+                state: State::Counted {
+                    attempts: vec![obs],
+                },
+                since: r.now,
+            }));
+        }
+        self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
+        self.held_gauge(&calls);
+    }
+
+    /// The first `spans` spans of the request whose keys are `wanted`, read again: each key,
+    /// and the attempt it was when it was one (counted at once: a root).
+    fn read_again<'a>(
+        &self,
+        body: &'a [u8],
+        spans: u32,
+        wanted: &HashSet<SpanKey>,
+    ) -> Vec<(SpanKey, Option<Root<'a>>)> {
+        use crate::otlp::wire;
+        let mut out = Vec::new();
+        let mut decoded = 0u32;
+        for resource_spans in wire::each(body, 1).map_while(Result::ok) {
+            let client = match wire::ResourceRef::of(resource_spans) {
+                Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
+                Err(_) => extract::client(|_| {}),
+            };
+            for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+                for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
+                    if decoded == spans {
+                        return out;
+                    }
+                    let Ok(span) = SpanRef::parse(bytes) else {
+                        continue;
+                    };
+                    let slot = decoded as usize;
+                    decoded += 1;
+                    let k = key(span.trace_id(), span.span_id());
+                    if !wanted.contains(&k) {
+                        continue;
+                    }
+                    let root = extract::extract(client, &span, self.max_attributes)
+                        .is_ok()
+                        .then_some(Root {
+                            bytes,
+                            client,
+                            slot: Some(slot),
+                        });
+                    out.push((k, root));
+                }
+            }
+        }
+        out
+    }
+
+    /// Counts the held calls the bounds forced out (and any they force out in turn).
+    fn count_forced(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        mut forced: Vec<(Call, Bound)>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) {
+        while !forced.is_empty() {
+            let bags: Vec<Call> = forced
+                .drain(..)
+                .map(|(call, bound)| {
+                    self.metrics.held_forced(bound.as_str());
+                    call
+                })
+                .collect();
+            forced = self.count_kept(calls, interfaces, bags, now, events);
+        }
+    }
+
+    /// Counts kept calls as they are (their wait is over): every parent still awaited is
+    /// given up on. Returns the held calls that remembering them forced out.
+    fn count_kept(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        bags: Vec<Call>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) -> Vec<(Call, Bound)> {
+        if bags.is_empty() {
+            return Vec::new();
+        }
+        let mut work = Work::new();
+        self.push_kept(&mut work, &bags);
+        let mut attempts = 0;
+        let mut counting = Counting {
+            now,
+            events,
+            tags: None,
+            attempts: &mut attempts,
+        };
+        self.run(
+            calls,
+            interfaces,
+            &work,
+            &bags,
+            &mut counting,
+            (&[], &[]),
+            false,
+        )
+    }
+
+    /// Adds the spans of the calls taken out to the work set.
+    fn push_kept<'w>(&self, work: &mut Work<'w>, taken: &'w [Call]) {
+        for (c, call) in taken.iter().enumerate() {
+            for (m, kept) in call.members.iter().enumerate() {
+                let member = Member {
+                    attempt: kept.facts.attempt(),
+                    side: kept.side,
+                    named: kept.named,
+                };
+                work.push(
+                    member,
+                    kept.key,
+                    kept.parent,
+                    From::Kept { call: c, member: m },
+                );
+                *work.carriers.last_mut().expect("pushed") = kept.carrier;
+            }
+        }
+    }
+
+    /// Counts (or, when `may_hold`, holds) every call of the work set. Returns the held calls
+    /// the bounds forced out.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        work: &Work<'_>,
+        taken: &[Call],
+        counting: &mut Counting<'_>,
+        (slots, root_slots): (&[Option<usize>], &[Option<usize>]),
+        may_hold: bool,
+    ) -> Vec<(Call, Bound)> {
+        let (joined, groups) = work.calls();
+        let mut forced = Vec::new();
+        for group in groups {
+            let counted_before = group.iter().any(|&i| match work.from[i] {
+                From::Root(_) => true,
+                From::Kept { call, .. } => !taken[call].is_held(),
+                From::Node(_) => false,
+            });
+            let open: Vec<SpanKey> = group
+                .iter()
+                .filter(|&&i| work.open[i])
+                .filter_map(|&i| work.parents[i])
+                .collect();
+            if may_hold && !open.is_empty() && !counted_before {
+                let since = group
+                    .iter()
+                    .filter_map(|&i| match work.from[i] {
+                        From::Kept { call, .. } => Some(taken[call].since),
+                        _ => None,
+                    })
+                    .min()
+                    .unwrap_or(counting.now);
+                let members = group.iter().map(|&i| kept(work, taken, i, false)).collect();
+                let state = State::Held { open };
+                forced.extend(calls.keep(Call {
+                    members,
+                    state,
+                    since,
+                }));
+                continue;
+            }
+            let kept_call = self.count_call(
+                interfaces,
+                work,
+                &joined,
+                &group,
+                taken,
+                counting,
+                (slots, root_slots),
+            );
+            if let Some(call) = kept_call {
+                forced.extend(calls.keep(call));
+            }
+        }
+        forced
+    }
+
+    /// Counts one call: takes back what its spans were counted as before, assembles it,
+    /// counts its attempts and tags them. Returns it to remember when its other side may
+    /// still come.
+    #[allow(clippy::too_many_arguments)]
+    fn count_call(
+        &self,
+        interfaces: &Interfaces,
+        work: &Work<'_>,
+        joined: &[Joined],
+        group: &[usize],
+        taken: &[Call],
+        counting: &mut Counting<'_>,
+        (slots, root_slots): (&[Option<usize>], &[Option<usize>]),
+    ) -> Option<Call> {
+        // What its spans were counted as before: taken back while pending; a settled attempt
+        // stays, and is not counted again.
+        let mut settled: Vec<SpanKey> = Vec::new();
+        let mut before: Vec<Observation> = Vec::new();
+        let mut calls_seen: Vec<usize> = Vec::new();
+        for &i in group {
+            match work.from[i] {
+                From::Kept { call, .. } if !calls_seen.contains(&call) => {
+                    calls_seen.push(call);
+                    if let State::Counted { attempts } = &taken[call].state {
+                        before.extend(attempts.iter().copied());
+                    }
+                }
+                From::Root(_) => {
+                    let a = &work.members[i].attempt;
+                    let ids = self.client_ids(a.client);
+                    let p = self.place(interfaces, a, ids.id);
+                    before.push(place::observation(&p, a, 0));
+                }
+                _ => {}
+            }
+        }
+        for obs in &before {
+            if self.tracker.retract(obs) == Retraction::Settled {
+                settled.push((obs.trace_id, obs.span_id));
+            }
+        }
+        // Assembled.
+        let members: Vec<Member<'_>> = group.iter().map(|&i| work.members[i].clone()).collect();
+        let at: HashMap<usize, usize> = group.iter().enumerate().map(|(g, &i)| (i, g)).collect();
+        let local = |x: usize| at.get(&x).copied();
+        let sub: Vec<Joined> = group
+            .iter()
+            .map(|&i| Joined {
+                parent: joined[i]
+                    .parent
+                    .and_then(|(p, link)| Some((local(p)?, link))),
+                carrier: joined[i].carrier.and_then(local),
+            })
+            .collect();
+        let undeclared = |a: &Attempt<'_>| {
+            let origin = a.origin.as_ref().map(|o| o.as_str());
+            let interface = interfaces.resolve(origin, a.path);
+            interfaces.declared(interface, a.path) == Declared::No
+        };
+        let roles = call::assemble(&members, &sub, undeclared);
+        let mut counted: Vec<Observation> = Vec::new();
+        let mut remember = false;
+        let slot_of = |i: usize| match work.from[i] {
+            From::Node(n) => slots.get(n).copied().flatten(),
+            From::Root(n) => root_slots.get(n).copied().flatten(),
+            From::Kept { .. } => None,
+        };
+        for (g, role) in roles.iter().enumerate() {
+            let i = group[g];
+            match role {
+                Role::Part => {
+                    let before = match work.from[i] {
+                        From::Kept { call, member } => taken[call].members[member].skipped,
+                        _ => false,
+                    };
+                    if !before {
+                        self.metrics.span_skipped("same_call");
+                    }
+                    if let (Some(slot), Some(tags)) = (slot_of(i), counting.tags.as_deref_mut()) {
+                        tags.write(slot, |_| {});
+                    }
+                }
+                Role::Attempt { attempt, interface } => {
+                    if settled.contains(&work.keys[i]) {
+                        continue;
+                    }
+                    let mut ids = self.client_ids(attempt.client);
+                    let p = match interface {
+                        Some(index) => {
+                            let mut room = None;
+                            let path = attempt.path_or_grpc(&mut room);
+                            let configured = InterfaceRef::Configured(*index);
+                            self.place_in(interfaces, configured, attempt, path, ids.id)
+                        }
+                        None => self.place(interfaces, attempt, ids.id),
+                    };
+                    let observed = interfaces.client_from(p.interface).is_some();
+                    if members[g].side == Side::Client
+                        && (observed || (attempt.origin.is_none() && interfaces.any_observed()))
+                    {
+                        remember = true;
+                    }
+                    let labels = self.labels(&mut ids, p.group.interface, p.interface_name);
+                    let obs = place::observation(&p, attempt, labels);
+                    *counting.attempts += 1;
+                    let judged = self.tracker.observe(
+                        counting.now,
+                        &obs,
+                        &attempt.operation,
+                        counting.events,
+                    );
+                    let Some(judgement) = judged else {
+                        self.metrics.span_skipped("duplicate");
+                        continue;
+                    };
+                    counted.push(obs);
+                    if let (Some(slot), Some(tags), false) =
+                        (slot_of(i), counting.tags.as_deref_mut(), attempt.tagged)
+                    {
+                        let reason = p.reason.to_string();
+                        tags.write(slot, |buf| {
+                            place::write_place_tags(buf, &reason, p.interface_name);
+                            place::write_verdict_tags(buf, &judgement);
+                        });
+                    }
+                }
+            }
+        }
+        if !remember {
+            return None;
+        }
+        let members = group
+            .iter()
+            .zip(&roles)
+            .map(|(&i, role)| kept(work, taken, i, *role == Role::Part))
+            .collect();
+        Some(Call {
+            members,
+            state: State::Counted { attempts: counted },
+            since: counting.now,
+        })
+    }
+
+    /// Counts the held calls whose wait is over at `now` (all of them when `all`).
+    pub(super) fn release_held(&self, now: Nanos, all: bool, out: &mut Vec<Event>) {
+        let mut calls = self.calls();
+        if calls.is_empty() {
+            return;
+        }
+        let interfaces = self.catalog.current();
+        let due = calls.due(now, all);
+        let forced = self.count_kept(&mut calls, &interfaces, due, now, out);
+        self.count_forced(&mut calls, &interfaces, forced, now, out);
+        self.held_gauge(&calls);
+    }
+
+    fn held_gauge(&self, calls: &Calls) {
+        self.held
+            .store(calls.spans(), std::sync::atomic::Ordering::Relaxed);
+        self.metrics.set_held(calls.spans(), calls.bytes());
+    }
+}
+
+/// Marks the spans whose parent is still to come: not among the spans, not a span the request
+/// had, and (for a kept span) still awaited by its call.
+fn mark_open(
+    work: &mut Work<'_>,
+    taken: &[Call],
+    known: &HashSet<SpanKey>,
+    seen: impl Fn(&SpanKey) -> bool,
+) {
+    for i in 0..work.members.len() {
+        let Some(p) = work.parents[i] else { continue };
+        if known.contains(&p) || seen(&p) {
+            continue;
+        }
+        work.open[i] = match work.from[i] {
+            From::Node(_) => true,
+            From::Root(_) => false,
+            From::Kept { call, .. } => match &taken[call].state {
+                State::Held { open } => open.contains(&p),
+                State::Counted { .. } => false,
+            },
+        };
+    }
+}
+
+/// Span `i` of the work set, kept: its facts owned (or moved from the call it was kept in).
+fn kept(work: &Work<'_>, taken: &[Call], i: usize, skipped: bool) -> Kept {
+    if let From::Kept { call, member } = work.from[i] {
+        let mut k = taken[call].members[member].clone();
+        k.skipped |= skipped;
+        return k;
+    }
+    let m = &work.members[i];
+    Kept {
+        facts: Owned::of(&m.attempt),
+        side: m.side,
+        named: m.named,
+        key: work.keys[i],
+        parent: work.parents[i],
+        carrier: work.carriers[i],
+        skipped,
+    }
+}
+
+/// Which HTTP server span of the same resource and export carries each protocol server span
+/// by time (DESIGN §9): for a protocol span that names no client and whose parent is not an
+/// HTTP server span of the export — as when the MCP SDK parents its span to the client's own
+/// span (trace context propagated in `_meta`) — the one HTTP span whose time contains it, when
+/// it contains no other such span and no other contains it.
+pub(super) fn carriers(nodes: &mut [Node<'_>]) {
+    let is_protocol = |n: &Node<'_>| {
+        matches!(
+            n.member.attempt.family,
+            Family::Mcp | Family::A2a | Family::JsonRpc
+        )
+    };
+    let http = |n: &Node<'_>| n.member.attempt.family == Family::Http;
+    let by_parent = |i: usize| {
+        nodes[i]
+            .parent
+            .is_some_and(|p| nodes.iter().any(|h| http(h) && h.key == p))
+    };
+    let orphans: Vec<usize> = (0..nodes.len())
+        .filter(|&i| is_protocol(&nodes[i]) && !nodes[i].member.named && !by_parent(i))
+        .collect();
+    let parents: Vec<usize> = (0..nodes.len())
+        .filter(|&h| http(&nodes[h]))
+        .filter(|&h| {
+            !nodes
+                .iter()
+                .any(|n| is_protocol(n) && n.parent == Some(nodes[h].key))
+        })
+        .collect();
+    let contains = |h: usize, i: usize| {
+        let (h, a) = (&nodes[h].member.attempt, &nodes[i].member.attempt);
+        h.start <= a.start && a.end <= h.end
+    };
+    let mut found: Vec<(usize, SpanKey)> = Vec::new();
+    for &i in &orphans {
+        let mut around = parents.iter().copied().filter(|&h| contains(h, i));
+        let (Some(h), None) = (around.next(), around.next()) else {
+            continue;
+        };
+        if orphans.iter().all(|&j| j == i || !contains(h, j)) {
+            found.push((i, nodes[h].key));
+        }
+    }
+    for (i, carrier) in found {
+        nodes[i].carrier = Some(carrier);
+    }
+}

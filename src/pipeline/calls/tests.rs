@@ -1,0 +1,170 @@
+//! Tests of the kept calls: found by their spans and the parents they wait for, waits over
+//! by the clock, and both bounds.
+
+use super::*;
+use crate::extract::{Attempt, Client, Family, Operation, Signal};
+
+fn fact(span: u8) -> Owned {
+    Owned::of(&Attempt {
+        client: Client {
+            name: "agent",
+            instance: None,
+        },
+        family: Family::Http,
+        origin: None,
+        path: Some("/x"),
+        http_method: Some("GET"),
+        operation: Operation::new("GET", "/x", false),
+        signal: Signal::default(),
+        tagged: false,
+        start: 0,
+        end: 1,
+        trace_id: &[1; 16],
+        span_id: &[span; 8],
+        parent_span_id: &[],
+    })
+}
+
+fn span(id: u8) -> SpanKey {
+    key(&[1; 16], &[id; 8])
+}
+
+fn kept(id: u8, parent: Option<u8>) -> Kept {
+    Kept {
+        facts: fact(id),
+        side: Side::Client,
+        named: false,
+        key: span(id),
+        parent: parent.map(span),
+        carrier: None,
+        skipped: false,
+    }
+}
+
+/// A held call of span `id`, waiting for `parent`, since `since`.
+fn held(id: u8, parent: u8, since: Nanos) -> Call {
+    Call {
+        members: vec![kept(id, Some(parent))],
+        state: State::Held {
+            open: vec![span(parent)],
+        },
+        since,
+    }
+}
+
+fn counted(id: u8, since: Nanos) -> Call {
+    Call {
+        members: vec![kept(id, None)],
+        state: State::Counted {
+            attempts: Vec::new(),
+        },
+        since,
+    }
+}
+
+fn ids(call: &Call) -> Vec<u8> {
+    let mut ids: Vec<u8> = call.members.iter().map(|m| m.key.1[0]).collect();
+    ids.sort_unstable();
+    ids
+}
+
+const BIG: usize = 1 << 30;
+
+#[test]
+fn a_kept_call_is_found_by_its_spans_and_by_the_parent_it_waits_for() {
+    let mut calls = Calls::new(5, 100, BIG);
+    assert!(calls.keep(held(2, 1, 0)).is_empty());
+    assert!(calls.keep(counted(7, 0)).is_empty());
+    assert!(calls.holds(&span(2)) && calls.holds(&span(7)));
+    assert!(!calls.holds(&span(1)), "a parent waited for is not kept");
+    assert_eq!((calls.spans(), calls.held()), (2, 1));
+    assert!(calls.any_awaiting());
+    let taken = calls.take_awaiting(&span(1)).expect("waits for 1");
+    assert_eq!(ids(&taken), [2]);
+    assert!(!calls.holds(&span(2)) && !calls.any_awaiting());
+    assert_eq!(calls.take_member(&span(7)).map(|c| ids(&c)), Some(vec![7]));
+    assert!(calls.is_empty());
+    assert_eq!((calls.spans(), calls.bytes()), (0, 0));
+}
+
+#[test]
+fn siblings_waiting_for_the_same_parent_are_kept_as_one() {
+    let mut calls = Calls::new(5, 100, BIG);
+    calls.keep(held(2, 1, 3));
+    calls.keep(held(3, 1, 1));
+    let both = calls.take_member(&span(2)).expect("kept");
+    assert_eq!(ids(&both), [2, 3]);
+    assert_eq!(both.since, 1, "the earlier arrival");
+    assert!(calls.is_empty());
+}
+
+#[test]
+fn held_calls_are_due_after_the_window_and_counted_ones_are_forgotten_after_a_minute() {
+    let mut calls = Calls::new(5, 100, BIG);
+    calls.keep(counted(9, 0));
+    calls.keep(held(2, 1, 1));
+    calls.keep(held(4, 3, 3));
+    assert!(calls.due(5, false).is_empty());
+    // A counted call before them does not hold them up.
+    let due: Vec<Vec<u8>> = calls.due(6, false).iter().map(ids).collect();
+    assert_eq!(due, [vec![2]]);
+    assert!(calls.holds(&span(9)));
+    assert_eq!(calls.due(REMEMBERED - 1, false).len(), 1, "held 4");
+    assert!(calls.holds(&span(9)), "still remembered");
+    assert!(
+        calls.due(REMEMBERED, false).is_empty(),
+        "forgotten, not counted"
+    );
+    assert!(calls.is_empty());
+    calls.keep(held(2, 1, 100));
+    calls.keep(counted(9, 100));
+    let all = calls.due(100, true);
+    assert_eq!(all.iter().map(ids).collect::<Vec<_>>(), [vec![2]]);
+    assert!(calls.holds(&span(9)), "all held ones, not the remembered");
+}
+
+#[test]
+fn past_a_bound_the_oldest_call_goes_a_held_one_to_be_counted() {
+    let mut calls = Calls::new(5, 2, BIG);
+    assert!(calls.keep(counted(9, 0)).is_empty());
+    assert!(calls.keep(held(2, 1, 1)).is_empty());
+    // The counted call is the oldest: forgotten, nothing to count.
+    assert!(calls.keep(held(4, 3, 2)).is_empty());
+    assert!(!calls.holds(&span(9)));
+    let forced = calls.keep(held(6, 5, 3));
+    assert_eq!(forced.len(), 1);
+    assert_eq!((ids(&forced[0].0), forced[0].1), (vec![2], Bound::Spans));
+    assert_eq!(calls.spans(), 2);
+    // Bytes: room for two calls of one span.
+    let one = held(2, 1, 0).bytes();
+    let mut calls = Calls::new(5, 100, 2 * one + one / 2);
+    assert!(calls.keep(held(2, 1, 0)).is_empty());
+    assert!(calls.keep(held(4, 3, 1)).is_empty());
+    let forced = calls.keep(held(6, 5, 2));
+    assert_eq!((ids(&forced[0].0), forced[0].1), (vec![2], Bound::Bytes));
+    assert!(calls.bytes() <= 2 * one + one / 2);
+}
+
+#[test]
+fn with_no_room_nothing_is_kept_and_a_held_call_is_counted_at_once() {
+    let mut calls = Calls::new(5, 0, BIG);
+    let forced = calls.keep(held(2, 1, 0));
+    assert_eq!((ids(&forced[0].0), forced[0].1), (vec![2], Bound::Spans));
+    assert!(calls.keep(counted(9, 0)).is_empty());
+    assert!(calls.is_empty());
+}
+
+#[test]
+fn two_bags_merged_keep_every_span_and_every_parent_waited_for() {
+    let merged = merge(held(2, 1, 4), held(3, 5, 2));
+    assert_eq!(merged.since, 2);
+    assert_eq!(ids(&merged), [2, 3]);
+    assert_eq!(
+        merged.state,
+        State::Held {
+            open: vec![span(1), span(5)]
+        }
+    );
+    let counted_wins = merge(held(2, 1, 0), counted(3, 0));
+    assert!(!counted_wins.is_held());
+}
