@@ -1,0 +1,272 @@
+//! Real agent stacks exporting their own telemetry (DESIGN §11): FastMCP 4's client and
+//! server with their native OpenTelemetry, and the official MCP SDK 2's client against the
+//! MCP SDK's server behind the ASGI instrumentation — both clients over httpx2 with
+//! `opentelemetry-instrumentation-httpx` — each playing DESIGN §1's three clients and a
+//! careful one, every process exporting over OTLP/HTTP to the binary. Each stack describes a
+//! call in several spans (FastMCP's, the SDK's, httpx's, the server's); the counters must be
+//! what §11 makes of the spans the stacks really sent: one attempt per HTTP request (each
+//! client also records its spans, and the test counts them there), none on `unknown` or
+//! under `unknown_client`, the prober's undeclared paths refused on keys of their own, the
+//! assistant's two retries after an ambiguous answer, the planner stopped at -32601.
+//!
+//! The Python side lives in `tests/agents/` and runs in the agents' virtual environment, which
+//! the README's test command makes (`REFUSAL_GATE_AGENT_PYTHON`); plain `cargo test` skips.
+
+mod common;
+
+use common::{
+    admin_metrics as metrics, agent_python, binary_config, free_port, fresh_dir, spawn_binary,
+    value,
+};
+use std::time::{Duration, Instant};
+
+fn script(name: &str) -> String {
+    format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts an MCP server script on `port`, exporting its spans as `service` to `otlp`.
+async fn mcp_server(
+    python: &str,
+    name: &str,
+    port: u16,
+    service: &str,
+    otlp: u16,
+) -> tokio::process::Child {
+    let mut server = tokio::process::Command::new(python)
+        .arg(script(name))
+        .arg(port.to_string())
+        .env("OTEL_SERVICE_NAME", service)
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the MCP server starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "{name} never listened");
+        if let Some(status) = server.try_wait().expect("waitable") {
+            panic!("{name} exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    server
+}
+
+/// Runs one story of one stack against `base`; returns the HTTP requests its spans record
+/// (the transport requests, and the SDK's requests that carry no protocol span).
+async fn story(
+    python: &str,
+    dir: &std::path::Path,
+    stack: &str,
+    name: &str,
+    base: &str,
+    otlp: u16,
+) -> usize {
+    let record = dir.join(format!("{stack}-{name}.jsonl"));
+    let out = tokio::process::Command::new(python)
+        .arg(script("stack_client.py"))
+        .args([stack, name, base])
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("RECORD", &record)
+        .output()
+        .await
+        .expect("the client runs");
+    assert!(
+        out.status.success(),
+        "{stack} {name}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded = std::fs::read_to_string(&record).expect("the client recorded its spans");
+    requests(&recorded)
+}
+
+/// The HTTP CLIENT spans of a recording (OTLP/JSON lines).
+fn requests(recorded: &str) -> usize {
+    let mut n = 0;
+    for line in recorded.lines() {
+        let request: serde_json::Value = serde_json::from_str(line).expect("an OTLP/JSON line");
+        let spans = request["resourceSpans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|rs| rs["scopeSpans"].as_array().into_iter().flatten())
+            .flat_map(|ss| ss["spans"].as_array().into_iter().flatten());
+        for span in spans {
+            let http = span["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|a| {
+                    matches!(
+                        a["key"].as_str(),
+                        Some("http.method" | "http.request.method")
+                    )
+                });
+            if span["kind"] == 3 && http {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_once() {
+    let Some(python) = agent_python() else {
+        return;
+    };
+    let dir = fresh_dir("stacks", "federation");
+    let (fast, sdk) = (free_port(), free_port());
+    let interface = |name: &str, port: u16| {
+        format!(
+            "  - name: {name}
+    protocol: mcp
+    url: http://127.0.0.1:{port}/mcp
+    endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
+    server: {{ service_names: [{name}] }}
+"
+        )
+    };
+    let (config, ports) = binary_config(
+        &dir,
+        "stacks",
+        &format!(
+            "interfaces:\n{}{}",
+            interface("weather-fastmcp", fast),
+            interface("weather-sdk", sdk)
+        ),
+    );
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let _fastmcp = mcp_server(
+        &python,
+        "fastmcp_server.py",
+        fast,
+        "weather-fastmcp",
+        ports.http,
+    )
+    .await;
+    let _sdk = mcp_server(&python, "mcp_server.py", sdk, "weather-sdk", ports.http).await;
+
+    let stories = ["planner", "prober", "assistant", "careful"];
+    let mut expected = Vec::new();
+    for (stack, port) in [("fastmcp", fast), ("mcp", sdk)] {
+        let base = format!("http://127.0.0.1:{port}");
+        for name in stories {
+            let requests = story(&python, &dir, stack, name, &base, ports.http).await;
+            expected.push((format!("{stack}-{name}"), requests));
+        }
+    }
+    // The servers export every 100 ms: once their last spans are in, every call is whole. (A
+    // read of /metrics settles what is pending, so none is made before.)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = metrics(ports.admin).await;
+        let counted: Vec<(String, f64)> = expected
+            .iter()
+            .map(|(client, _)| {
+                let n = value(&m, "refusal_gate_attempts_total", &[("client", client)]);
+                (client.clone(), n)
+            })
+            .collect();
+        let want: Vec<(String, f64)> = expected
+            .iter()
+            .map(|(c, n)| (c.clone(), *n as f64))
+            .collect();
+        if counted == want {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "attempts {counted:?}, want {want:?}\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let of = |client: &str, labels: &[(&str, &str)]| {
+        let mut all = vec![("client", client)];
+        all.extend_from_slice(labels);
+        value(&m, "refusal_gate_attempts_total", &all)
+    };
+    let violations = |client: &str, violation: &str| {
+        let mut labels = vec![("client", client)];
+        if !violation.is_empty() {
+            labels.push(("violation", violation));
+        }
+        value(&m, "refusal_gate_violations_total", &labels)
+    };
+    for (stack, interface) in [("fastmcp", "weather-fastmcp"), ("mcp", "weather-sdk")] {
+        let client = |story: &str| format!("{stack}-{story}");
+        // Every call placed on its interface: the MCP SDK's spans name no server, the
+        // httpx spans under them do.
+        for story in stories {
+            let c = client(story);
+            assert_eq!(of(&c, &[("interface", "unknown")]), 0.0, "{c}\n{m}");
+            assert_eq!(of(&c, &[]), of(&c, &[("interface", interface)]), "{c}\n{m}");
+            assert!(
+                value(&m, "refusal_gate_discovery_reads_total", &[("client", &c)]) >= 1.0,
+                "{c} read the contract first\n{m}"
+            );
+        }
+        // The planner read the contract, was refused -32601, and stopped.
+        let planner = client("planner");
+        assert_eq!(
+            of(&planner, &[("kind", "protocol_not_supported")]),
+            1.0,
+            "{m}"
+        );
+        assert_eq!(violations(&planner, ""), 0.0, "{m}");
+        // The prober: 22 requests to three undeclared paths, each refused by its 404 on a key
+        // of its own (the SDK reports -32601). The MCP SDK sends one request a connection: 3
+        // keys, so 19 retries after a refusal and 2 probes, DESIGN §1's figures. FastMCP's
+        // client tries `server/discover`, then `initialize`: two requests a connection, 6 keys,
+        // so 16 retries and 5 probes.
+        let prober = client("prober");
+        let (retries, probes) = if stack == "mcp" {
+            (19.0, 2.0)
+        } else {
+            (16.0, 5.0)
+        };
+        assert_eq!(
+            of(&prober, &[("kind", "interface_not_declared")]),
+            22.0,
+            "{m}"
+        );
+        assert_eq!(violations(&prober, "retry_after_refusal"), retries, "{m}");
+        assert_eq!(violations(&prober, "probe_after_refusal"), probes, "{m}");
+        // The assistant retried a failing tool twice. Its client saw a tool result marked as an
+        // error (FastMCP's own span says `tool_error`; the MCP SDK's span saw a good JSON-RPC
+        // answer), and the server recorded the failure: ambiguous either way.
+        let assistant = client("assistant");
+        assert_eq!(of(&assistant, &[("kind", "ambiguous")]), 3.0, "{m}");
+        assert_eq!(violations(&assistant, "retry_after_ambiguous"), 2.0, "{m}");
+        assert_eq!(violations(&assistant, ""), 2.0, "{m}");
+        // The careful agent: nothing to say.
+        let careful = client("careful");
+        assert_eq!(violations(&careful, ""), 0.0, "{m}");
+        assert_eq!(of(&careful, &[("class", "ok")]), of(&careful, &[]), "{m}");
+    }
+    // Every server span was the other side of a client's call.
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_attempts_total",
+            &[("client", "unknown_client")]
+        ),
+        0.0,
+        "{m}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
