@@ -15,6 +15,9 @@
 # the last), and both medians are reported, with the median of the pairs' ratios of CPU
 # per span (an odd ROUNDS gives a true median) — compare within one run, the machines are
 # shared.
+# TREES=1: the same, this binary on the flat workload and on call trees (`--workload tree`:
+# an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
+# two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
 #
 # Every run gets a fresh server: the load generator's span times start over each run, and a
 # server that had seen the previous run would take them all as late arrivals.
@@ -76,9 +79,15 @@ load() {
 [[ -n $forward ]] && echo "forwarding every span over OTLP/$forward ($compression) to a sink"
 binaries=(target/release/refusal-gate)
 names=(this)
+workloads=(flat)
 if [[ -n $baseline ]]; then
   binaries=("$baseline" target/release/refusal-gate)
   names=(baseline this)
+  workloads=(flat flat)
+elif [[ -n ${TREES:-} ]]; then
+  binaries=(target/release/refusal-gate target/release/refusal-gate)
+  names=(flat trees)
+  workloads=(flat tree)
 else
   rounds=1
 fi
@@ -90,28 +99,29 @@ for transport in grpc http; do
     order=("${!binaries[@]}")
     ((round % 2 == 0)) && order=($(printf '%s\n' "${order[@]}" | tac))
     for i in "${order[@]}"; do
-      load "${binaries[$i]}" "$transport"
+      load "${binaries[$i]}" "$transport" --workload "${workloads[$i]}"
       rates[$i]+="$(field "$out" spans_per_sec) "
       cpus[$i]+="$cpu_per_m "
       pair[$i]=$cpu_per_m
       last_rss[$i]=$rss
       last_keys[$i]=$keys
     done
-    [[ -n $baseline ]] && ratios+="$(awk -v a="${pair[0]}" -v b="${pair[1]}" 'BEGIN { printf "%.3f", b / a }') "
+    ((${#binaries[@]} == 2)) && ratios+="$(awk -v a="${pair[0]}" -v b="${pair[1]}" 'BEGIN { printf "%.3f", b / a }') "
   done
   for i in "${!binaries[@]}"; do
     rate=$(median "${rates[$i]}") full_cpu=$(median "${cpus[$i]}")
     p50=- p99=-
-    if [[ ${names[$i]} == this ]]; then
-      load "${binaries[$i]}" "$transport" --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')"
+    if [[ ${names[$i]} != baseline ]]; then
+      load "${binaries[$i]}" "$transport" --workload "${workloads[$i]}" \
+        --rate "$(awk -v r="$rate" 'BEGIN { printf "%d", r / 2 }')"
       p50="$(field "$out" p50_us) us" p99="$(field "$out" p99_us) us"
     fi
     printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' "$transport" "${names[$i]}" "$rate" \
       "$full_cpu" "$(awk -v c="$full_cpu" 'BEGIN { printf "%.2fM", 1 / c }')" "${last_keys[$i]}" \
       "${last_rss[$i]}" "$p50" "$p99"
   done
-  if [[ -n $baseline ]]; then
-    echo "$transport: this/baseline CPU per span, median of $rounds pairs: $(median "$ratios") (pairs: $ratios)"
+  if ((${#binaries[@]} == 2)); then
+    echo "$transport: ${names[1]}/${names[0]} CPU per span, median of $rounds pairs: $(median "$ratios") (pairs: $ratios)"
   fi
   unset rates cpus last_rss last_keys pair
 done

@@ -2,7 +2,10 @@
 //! (`refusal_gate::workload`): 100 client spans a request, 10 attributes each, a mix of
 //! HTTP, MCP, gRPC and A2A attempts, a fifth of them failing. The reference is prost's owned
 //! decode of the same request; `path/whole_*` is everything the server does per request
-//! without forwarding. Also the tracker's sharding: two threads at once, one lock vs sixteen.
+//! without forwarding, and `path/whole_tree_*` the same for the same calls as real stacks
+//! describe them (`workload::Trees`: an agent's span, a protocol span, its HTTP child, half of
+//! the calls split over two requests; about 99 spans a request). Also the tracker's sharding:
+//! two threads at once, one lock vs sixteen.
 //!
 //!     cargo bench --bench pipeline
 
@@ -167,6 +170,38 @@ fn stages(c: &mut Criterion) {
             },
         );
     }
+    // The same calls as call trees, a client's requests in order (its split calls completed
+    // by its next request).
+    let clients = 100;
+    let trees: Vec<workload::Trees> = (0..clients)
+        .map(|n| workload::Trees::new(n, clients, SPANS))
+        .collect();
+    let mut seq = vec![0u64; clients];
+    let mut sent = 0usize;
+    let mut next = move || {
+        let tree = &trees[sent % clients];
+        sent += 1;
+        seq[tree.client()] += 1;
+        tree.stamped(seq[tree.client()])
+    };
+    let pipeline = warm_pipeline(&(0..4 * clients).map(|_| next()).collect::<Vec<_>>());
+    g.throughput(Throughput::Elements((SPANS / 3 * 3) as u64));
+    g.bench_function(format!("whole_tree/{clients}_clients"), |b| {
+        b.iter_batched(
+            &mut next,
+            |body| {
+                pipeline
+                    .handle(
+                        Transport::Grpc,
+                        black_box(&body),
+                        Encoding::Protobuf,
+                        clock::now(),
+                    )
+                    .expect("valid")
+            },
+            BatchSize::SmallInput,
+        )
+    });
     g.finish();
 }
 

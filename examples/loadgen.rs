@@ -9,7 +9,12 @@
 //!
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
-//!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1]
+//!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
+//!
+//! `--workload tree` sends the same calls as real agent stacks describe them
+//! (`workload::Trees`): an agent's INTERNAL span, a protocol CLIENT span under it and its HTTP
+//! CLIENT child, half of the calls split over two of a client's requests (the child a request
+//! before its parents). Its spans/s count every span, the INTERNAL ones included.
 //!
 //! `--requests` is how many distinct requests are pre-encoded and sent in turn: by default
 //! 512, or one a client when the fleet is larger — every request of the workload covers all
@@ -37,6 +42,7 @@ struct Options {
     requests: usize,
     rate: f64,
     fresh_clients: bool,
+    trees: bool,
 }
 
 fn options() -> Options {
@@ -50,6 +56,7 @@ fn options() -> Options {
         requests: 0,
         rate: 0.0,
         fresh_clients: false,
+        trees: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -69,6 +76,13 @@ fn options() -> Options {
             "--requests" => o.requests = number() as usize,
             "--rate" => o.rate = number(),
             "--fresh-clients" => o.fresh_clients = number() != 0.0,
+            "--workload" => {
+                o.trees = match value.as_str() {
+                    "tree" => true,
+                    "flat" => false,
+                    other => panic!("--workload is flat or tree, not {other}"),
+                }
+            }
             other => panic!("unknown option {other}"),
         }
     }
@@ -124,11 +138,21 @@ fn main() {
 }
 
 async fn run(o: Options) {
-    let bodies: Arc<Vec<workload::Encoded>> = Arc::new(
+    let bodies: Arc<Vec<workload::Encoded>> = Arc::new(if o.trees {
+        Vec::new()
+    } else {
         (0..o.requests)
             .map(|n| workload::Encoded::new(n, o.clients, o.batch))
-            .collect(),
-    );
+            .collect()
+    });
+    let trees: Arc<Vec<workload::Trees>> = Arc::new(if o.trees {
+        (0..o.requests)
+            .map(|n| workload::Trees::new(n, o.clients, o.batch))
+            .collect()
+    } else {
+        Vec::new()
+    });
+    let requests = bodies.len().max(trees.len());
     let channel = tonic::transport::Endpoint::from_shared(o.endpoint.clone())
         .expect("a valid endpoint")
         .connect_lazy();
@@ -155,6 +179,7 @@ async fn run(o: Options) {
             "http" => Sender::Http(http.clone(), url.clone()),
             _ => Sender::Grpc(tonic::client::Grpc::new(channel.clone())),
         };
+        let trees = Arc::clone(&trees);
         let (bodies, stop, spans, errors, latencies) = (
             Arc::clone(&bodies),
             Arc::clone(&stop),
@@ -162,7 +187,12 @@ async fn run(o: Options) {
             Arc::clone(&errors),
             Arc::clone(&latencies),
         );
-        let batch = o.batch as u64;
+        // A tree request holds whole calls of three spans.
+        let batch = if o.trees {
+            (o.batch / 3 * 3) as u64
+        } else {
+            o.batch as u64
+        };
         let fresh_clients = o.fresh_clients;
         let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
         // The requests this sender sends, in order. An SDK exports one batch at a time
@@ -176,10 +206,14 @@ async fn run(o: Options) {
                 j % o.clients.max(1) % o.concurrency
             }
         };
-        let order: Vec<usize> = (0..bodies.len()).filter(|&j| owner(j) == worker).collect();
+        let order: Vec<usize> = (0..requests).filter(|&j| owner(j) == worker).collect();
+        let clients = o.clients.max(1);
         tasks.push(tokio::spawn(async move {
             let mut next = Instant::now();
             let mut mine = Vec::with_capacity(1 << 16);
+            // Each client's requests so far: a tree request's split calls are completed by
+            // the client's next one.
+            let mut seq = vec![0u64; if trees.is_empty() { 0 } else { clients }];
             for (i, &j) in order.iter().cycle().enumerate() {
                 if stop.load(Ordering::Relaxed) {
                     break;
@@ -190,13 +224,19 @@ async fn run(o: Options) {
                 }
                 // Each pass over the pre-encoded requests moves time on by their whole span.
                 let round = (i / order.len()) as u64;
-                let send = round * bodies.len() as u64 + j as u64;
-                let encoded = &bodies[j];
-                let mut body = encoded.stamped(send, round * span_ns);
-                if fresh_clients {
-                    // Every request from an instance never seen before.
-                    encoded.set_instance(&mut body, send);
-                }
+                let body = if let Some(tree) = trees.get(j) {
+                    seq[tree.client()] += 1;
+                    tree.stamped(seq[tree.client()])
+                } else {
+                    let send = round * bodies.len() as u64 + j as u64;
+                    let encoded = &bodies[j];
+                    let mut body = encoded.stamped(send, round * span_ns);
+                    if fresh_clients {
+                        // Every request from an instance never seen before.
+                        encoded.set_instance(&mut body, send);
+                    }
+                    body
+                };
                 let body = Bytes::from(body);
                 let t = Instant::now();
                 if sender.send(body).await {

@@ -159,17 +159,6 @@ impl Origin {
         Some(o)
     }
 
-    /// An origin already normalised (the text of another [`Origin`]); `None` when it would
-    /// not fit.
-    pub fn normalised(text: &str) -> Option<Origin> {
-        let mut o = Origin {
-            buf: [0; Origin::MAX],
-            len: 0,
-        };
-        o.push(text.as_bytes())?;
-        Some(o)
-    }
-
     fn push(&mut self, bytes: &[u8]) -> Option<()> {
         let at = usize::from(self.len);
         let end = at.checked_add(bytes.len()).filter(|e| *e <= Origin::MAX)?;

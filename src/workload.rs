@@ -1,6 +1,9 @@
 //! A realistic agent workload, for benchmarks, the load generator and generated
 //! recordings: requests of client spans mixing HTTP, MCP, gRPC and A2A attempts with 10
-//! attributes each (about 400 bytes a span encoded), a fifth of them failing.
+//! attributes each (about 400 bytes a span encoded), a fifth of them failing — and the same
+//! calls as real agent stacks describe them ([`Trees`]): an agent's INTERNAL span, a protocol
+//! CLIENT span under it, and the HTTP CLIENT span under that, half of them split over two
+//! requests (the HTTP child a request before its parents, as SDKs export them).
 //!
 //! Core: pure builders; deterministic for the same arguments.
 
@@ -204,6 +207,238 @@ impl Encoded {
     }
 }
 
+/// One span of a [`Trees`] request: what it is in its call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The agent's INTERNAL span, the root of the call.
+    Agent,
+    /// The protocol SDK's CLIENT span.
+    Protocol,
+    /// The HTTP client's CLIENT span: the transport request.
+    Http,
+}
+
+/// Calls split over two requests, of a [`Trees`] request's 33 (a hundred spans).
+const SPLIT: usize = 16;
+
+/// The `role` span of call `call` of a [`Trees`] request (ids and times are stamped later):
+/// MCP `tools/call` and A2A `SendMessage` in turn over HTTP, every fifth request failing 503.
+fn tree_span(call: usize, role: Role) -> Span {
+    let fail = call % 5 == 0;
+    let mcp = call % 2 == 0;
+    let (kind, name, attributes) = match role {
+        Role::Agent => (
+            1,
+            "invoke_agent planner".to_owned(),
+            vec![
+                s("gen_ai.operation.name", "invoke_agent"),
+                s("gen_ai.agent.name", "planner"),
+                s("gen_ai.system", "openai"),
+                s("gen_ai.request.model", "gpt-5"),
+                i("gen_ai.usage.input_tokens", 1200),
+            ],
+        ),
+        Role::Protocol if mcp => (
+            3,
+            format!("MCP send tools/call tool_{}", call % 13),
+            vec![
+                s("mcp.method.name", "tools/call"),
+                s("gen_ai.tool.name", &format!("tool_{}", call % 13)),
+                s("gen_ai.operation.name", "execute_tool"),
+                s("jsonrpc.request.id", &call.to_string()),
+                s("mcp.session.id", "5f1c3c7e"),
+                s("network.transport", "tcp"),
+            ],
+        ),
+        Role::Protocol => (
+            3,
+            "SendMessage".to_owned(),
+            vec![
+                s("a2a.method.name", "SendMessage"),
+                s("a2a.context.id", "ctx-42"),
+                s("a2a.task.id", &format!("task-{}", call % 17)),
+                s("network.transport", "tcp"),
+            ],
+        ),
+        Role::Http => {
+            let url = if mcp {
+                "http://mcp.example:8080/mcp"
+            } else {
+                "http://agent.example/a2a/v1"
+            };
+            (
+                3,
+                "POST".to_owned(),
+                vec![
+                    s("http.request.method", "POST"),
+                    s("url.full", url),
+                    s(
+                        "server.address",
+                        if mcp { "mcp.example" } else { "agent.example" },
+                    ),
+                    i("server.port", if mcp { 8080 } else { 80 }),
+                    i("http.response.status_code", if fail { 503 } else { 200 }),
+                    s("network.protocol.version", "1.1"),
+                    s("user_agent.original", "python-httpx/0.28.1"),
+                    s("error.type", if fail { "503" } else { "" }),
+                ],
+            )
+        }
+    };
+    Span {
+        trace_id: vec![0; 16],
+        span_id: vec![0; 8],
+        parent_span_id: if role == Role::Agent {
+            Vec::new()
+        } else {
+            vec![0; 8]
+        },
+        name,
+        kind,
+        start_time_unix_nano: T0,
+        end_time_unix_nano: T0,
+        attributes,
+        ..Default::default()
+    }
+}
+
+/// Where one span of a [`Trees`] request takes its ids and times from.
+#[derive(Debug, Clone, Copy)]
+struct TreeStamp {
+    /// Where its trace id, span id, parent span id (if any), start and end are.
+    at: [Option<usize>; 5],
+    /// Its call among the request's, and its role.
+    call: usize,
+    role: Role,
+    /// The call is the previous request's (its HTTP span went out with that one).
+    previous: bool,
+}
+
+/// Request `n` of the tree workload, encoded once (see [`tree_request`]), with where its ids
+/// and times stand: [`Trees::stamped`] gives the calls of one client's `seq`-th request ids of
+/// their own, and the parents of the calls split from request `seq - 1` the ids those
+/// children had, as one SDK process sends them.
+#[derive(Debug, Clone)]
+pub struct Trees {
+    body: Vec<u8>,
+    stamps: Vec<TreeStamp>,
+    client: usize,
+}
+
+/// Request `n` of the tree workload: one resource (client `agent-{n % clients}`) with the
+/// spans of `spans / 3` calls: the parents (protocol and agent spans) of the [`SPLIT`] calls
+/// whose HTTP spans went with the client's previous request, the whole of the others, and
+/// the HTTP spans alone of the next [`SPLIT`] — each in the order an SDK ends them.
+pub fn tree_request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
+    let mut r = request(n, clients, 0);
+    r.resource_spans[0].scope_spans[0].spans = tree_layout(spans)
+        .into_iter()
+        .map(|(call, role, _)| tree_span(call, role))
+        .collect();
+    r
+}
+
+/// The spans of a tree request: (call, role, whether the call is the previous request's).
+fn tree_layout(spans: usize) -> Vec<(usize, Role, bool)> {
+    let calls = spans / 3;
+    let split = SPLIT.min(calls / 2);
+    let mut out = Vec::with_capacity(calls * 3);
+    for call in 0..split {
+        out.extend([(call, Role::Protocol, true), (call, Role::Agent, true)]);
+    }
+    for call in split..calls {
+        out.extend([
+            (call, Role::Http, false),
+            (call, Role::Protocol, false),
+            (call, Role::Agent, false),
+        ]);
+    }
+    for call in 0..split {
+        out.push((call, Role::Http, false));
+    }
+    out
+}
+
+impl Trees {
+    /// Request `n` of the tree workload (see [`tree_request`]).
+    pub fn new(n: usize, clients: usize, spans: usize) -> Trees {
+        let body = tree_request(n, clients, spans).encode_to_vec();
+        let layout = tree_layout(spans);
+        let mut stamps = Vec::with_capacity(layout.len());
+        let mut k = 0;
+        for rs in fields(&body, 0..body.len(), 1) {
+            for ss in fields(&body, rs, 2) {
+                for span in fields(&body, ss, 2) {
+                    let at =
+                        |number: u32| fields(&body, span.clone(), number).next().map(|r| r.start);
+                    let (call, role, previous) = layout[k];
+                    k += 1;
+                    stamps.push(TreeStamp {
+                        at: [at(1), at(2), at(4), at(7), at(8)],
+                        call,
+                        role,
+                        previous,
+                    });
+                }
+            }
+        }
+        Trees {
+            body,
+            stamps,
+            client: n % clients.max(1),
+        }
+    }
+
+    /// The client (`agent-{client}`) that sends it.
+    pub fn client(&self) -> usize {
+        self.client
+    }
+
+    /// A copy as the client's `seq`-th request: every call's trace and span ids its own (its
+    /// client's, its request's), times moving on a millisecond a call.
+    pub fn stamped(&self, seq: u64) -> Vec<u8> {
+        let mut body = self.body.clone();
+        let calls = (self.stamps.len() / 3).max(1) as u64;
+        for st in &self.stamps {
+            let seq = if st.previous {
+                seq.wrapping_sub(1)
+            } else {
+                seq
+            };
+            // A call's id: unique per client, request and call.
+            let call = ((self.client as u64) << 40) | ((seq & 0xff_ffff) << 12) | st.call as u64;
+            let id = |role: Role| ((call << 2) | (role as u64 + 1)).to_be_bytes();
+            let start = T0 + (seq * calls + st.call as u64) * 1_000_000;
+            let (begin, end) = match st.role {
+                Role::Agent => (start, start + 900_000),
+                Role::Protocol => (start + 100_000, start + 800_000),
+                Role::Http => (start + 200_000, start + 700_000),
+            };
+            let parent = match st.role {
+                Role::Agent => None,
+                Role::Protocol => Some(id(Role::Agent)),
+                Role::Http => Some(id(Role::Protocol)),
+            };
+            let mut trace = [0u8; 16];
+            trace[8..].copy_from_slice(&call.to_be_bytes());
+            let [trace_at, span_at, parent_at, start_at, end_at] = st.at;
+            let mut put = |at: Option<usize>, bytes: &[u8]| {
+                if let Some(at) = at {
+                    body[at..at + bytes.len()].copy_from_slice(bytes);
+                }
+            };
+            put(trace_at, &trace);
+            put(span_at, &id(st.role));
+            if let Some(parent) = parent {
+                put(parent_at, &parent);
+            }
+            put(start_at, &begin.to_le_bytes());
+            put(end_at, &end.to_le_bytes());
+        }
+        body
+    }
+}
+
 /// Where the values of the fields numbered `wanted` stand in the message at `within`: the
 /// bytes of a length-delimited field, the eight bytes of a fixed64. Panics on broken
 /// framing (the workload's own encoding is never broken).
@@ -276,5 +511,54 @@ mod tests {
             .any(|kv| kv.key == "service.instance.id"
                 && kv.value.as_ref().and_then(|v| v.value.as_ref())
                     == Some(&Value::StringValue("pod-000000000042".into()))));
+    }
+
+    #[test]
+    fn a_tree_requests_split_calls_find_their_parents_in_the_clients_next_request() {
+        let trees = Trees::new(3, 16, 100);
+        assert_eq!(trees.client(), 3);
+        let decode = |seq| {
+            ExportTraceServiceRequest::decode(&trees.stamped(seq)[..])
+                .expect("valid")
+                .resource_spans[0]
+                .scope_spans[0]
+                .spans
+                .clone()
+        };
+        let (first, next) = (decode(5), decode(6));
+        assert_eq!(first.len(), 99);
+        let layout = tree_layout(100);
+        let by = |spans: &[Span], call: usize, role: Role, previous: bool| {
+            let at = layout
+                .iter()
+                .position(|l| *l == (call, role, previous))
+                .expect("in the layout");
+            spans[at].clone()
+        };
+        for call in 0..SPLIT {
+            // Its HTTP span went with request 5; its parents come with request 6.
+            let http = by(&first, call, Role::Http, false);
+            let protocol = by(&next, call, Role::Protocol, true);
+            let agent = by(&next, call, Role::Agent, true);
+            assert_eq!(http.parent_span_id, protocol.span_id, "call {call}");
+            assert_eq!(protocol.parent_span_id, agent.span_id);
+            assert_eq!(http.trace_id, protocol.trace_id);
+            assert!(agent.parent_span_id.is_empty());
+            assert!(protocol.start_time_unix_nano <= http.start_time_unix_nano);
+            assert!(http.end_time_unix_nano <= protocol.end_time_unix_nano);
+        }
+        for call in SPLIT..33 {
+            let http = by(&first, call, Role::Http, false);
+            let protocol = by(&first, call, Role::Protocol, false);
+            assert_eq!(http.parent_span_id, protocol.span_id, "call {call}");
+            assert_eq!((http.kind, protocol.kind), (3, 3));
+            assert_eq!(by(&first, call, Role::Agent, false).kind, 1);
+        }
+        let ids: std::collections::BTreeSet<Vec<u8>> = first
+            .iter()
+            .chain(&next)
+            .map(|s| s.span_id.clone())
+            .collect();
+        assert_eq!(ids.len(), 2 * 99, "every span its own id");
     }
 }

@@ -78,22 +78,42 @@ pub fn link(child: &Member<'_>, parent: &Member<'_>) -> Option<Link> {
 }
 
 /// What one span of a call is.
-// An attempt is a few hundred bytes and a part none: a call's roles live as long as it takes
-// to count it, a handful at a time, so they are not boxed.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq)]
-pub enum Role<'a> {
-    /// An attempt of the call, with the facts of every span of it that belong to it.
-    Attempt {
-        /// The attempt, assembled.
-        attempt: Attempt<'a>,
-        /// The configured interface it belongs to when that is decided here: a server span's,
-        /// and a client attempt's that named no server when a server span of its call did.
-        /// `None`: by its own server and path (DESIGN §3).
-        interface: Option<usize>,
-    },
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// An attempt of the call: the index of its facts in [`Assembled::attempts`].
+    Attempt(usize),
     /// Part of another span's attempt: skipped as `same_call`.
     Part,
+}
+
+/// An attempt of a call, with the facts of every span of it that belong to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assembled<'a> {
+    /// The attempt.
+    pub attempt: Attempt<'a>,
+    /// The configured interface it belongs to when that is decided here: a server span's, and
+    /// a client attempt's that named no server when a server span of its call did. `None`: by
+    /// its own server and path (DESIGN §3).
+    pub interface: Option<usize>,
+}
+
+/// What the spans of calls are: each span's role, and the attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calls<'a> {
+    /// Each span's role, in the order of the spans.
+    pub roles: Vec<Role>,
+    /// The attempts the roles point to.
+    pub attempts: Vec<Assembled<'a>>,
+}
+
+impl<'a> Calls<'a> {
+    /// Span `i`'s attempt, if it is one.
+    pub fn attempt(&self, i: usize) -> Option<&Assembled<'a>> {
+        match self.roles[i] {
+            Role::Attempt(a) => self.attempts.get(a),
+            Role::Part => None,
+        }
+    }
 }
 
 /// The protocol call a framework's span and the SDK's span under it describe (§11.2): the
@@ -209,46 +229,62 @@ pub fn assemble<'a>(
     members: &[Member<'a>],
     joined: &[Joined],
     undeclared: impl Fn(&Attempt<'_>) -> bool,
-) -> Vec<Role<'a>> {
+) -> Calls<'a> {
     let n = members.len();
-    let has_child = |p: usize, link: Link| joined.iter().any(|j| j.parent == Some((p, link)));
-    // Client facts flow from parent to child: each client span's call as its nesting says.
-    let mut call: Vec<Option<Attempt<'a>>> = vec![None; n];
-    let mut roles: Vec<Role<'a>> = vec![Role::Part; n];
+    let below = Below::of(members, joined);
+    // A client span with spans under it lends them its call and is no attempt itself.
+    let lends = |i: usize| {
+        members[i].side == Side::Client
+            && (below.nested[i].is_some()
+                || (is_protocol(members[i].attempt.family) && below.last_transport[i].is_some()))
+    };
+    let lending = (0..n).filter(|&i| lends(i)).count();
+    let mut out = Calls {
+        roles: vec![Role::Part; n],
+        attempts: Vec::with_capacity(n - lending),
+    };
+    // Client facts flow from parent to child: the call of each client span that has spans
+    // under it, as its nesting says.
+    let mut calls: Vec<(usize, Attempt<'a>)> = Vec::with_capacity(lending);
     for i in by_depth(joined) {
         let m = &members[i];
         if m.side != Side::Client {
             continue;
         }
+        let call_of = |p: usize| calls.iter().rev().find(|(q, _)| *q == p).map(|(_, a)| a);
         let own = match joined[i].parent {
-            Some((p, Link::Nested)) => call[p].as_ref().map(|outer| nest(outer, &m.attempt)),
-            Some((p, Link::Transport)) => call[p].as_ref().map(|c| {
-                let last = last_transport(members, joined, p) == Some(i);
+            Some((p, Link::Nested)) => call_of(p).map(|outer| nest(outer, &m.attempt)),
+            Some((p, Link::Transport)) => call_of(p).map(|c| {
+                let last = below.last_transport[p] == Some(i);
                 transport(c, &m.attempt, last, undeclared(&m.attempt))
             }),
             _ => None,
         };
         let own = own.unwrap_or_else(|| m.attempt.clone());
-        let carries = is_protocol(m.attempt.family) && has_child(i, Link::Transport);
-        if !has_child(i, Link::Nested) && !carries {
-            roles[i] = Role::Attempt {
-                attempt: own.clone(),
+        if lends(i) {
+            calls.push((i, own));
+        } else {
+            out.roles[i] = Role::Attempt(out.attempts.len());
+            out.attempts.push(Assembled {
+                attempt: own,
                 interface: None,
-            };
+            });
         }
-        call[i] = Some(own);
     }
     // Server spans: each to the client attempt of its call, or an attempt of its own.
-    let mut servers: Vec<(usize, usize)> = Vec::new();
+    let mut attached: Vec<(usize, usize)> = Vec::new();
     for i in 0..n {
         let Side::Server(interface) = members[i].side else {
             continue;
         };
-        if joined.iter().any(|j| j.carrier == Some(i)) {
+        if below.carries[i] {
             continue;
         }
-        match attempt_of(members, joined, i) {
-            Some(a) => servers.push((a, i)),
+        match attempt_of(joined, &below, i) {
+            Some(a) => {
+                attached.push((a, i));
+                attached.extend(joined[i].carrier.map(|h| (a, h)));
+            }
             None => {
                 let carrier = joined[i]
                     .carrier
@@ -259,40 +295,76 @@ pub fn assemble<'a>(
                 } else {
                     carrier.unwrap_or(UNKNOWN)
                 };
-                roles[i] = Role::Attempt {
+                out.roles[i] = Role::Attempt(out.attempts.len());
+                out.attempts.push(Assembled {
                     attempt: Attempt {
                         client,
                         ..members[i].attempt.clone()
                     },
                     interface: Some(interface),
-                };
+                });
             }
         }
     }
     // Server spans attached to a client attempt, carried ones (the protocol's) first: they
     // say more of the call than the HTTP spans carrying them.
-    let mut attached: Vec<(usize, usize)> = servers
-        .iter()
-        .flat_map(|&(a, s)| std::iter::once((a, s)).chain(joined[s].carrier.map(|h| (a, h))))
-        .collect();
     attached.sort_by_key(|&(a, s)| (a, members[s].attempt.family == Family::Http, s));
     attached.dedup();
     for (a, s) in attached {
-        let Side::Server(interface) = members[s].side else {
+        let (Side::Server(interface), Role::Attempt(at)) = (members[s].side, out.roles[a]) else {
             continue;
         };
-        if let Role::Attempt {
-            attempt,
-            interface: placed,
-        } = &mut roles[a]
-        {
-            if attempt.origin.is_none() && placed.is_none() {
-                *placed = Some(interface);
-            }
-            *attempt = with_server(attempt, &members[s].attempt);
+        let found = &mut out.attempts[at];
+        if found.attempt.origin.is_none() && found.interface.is_none() {
+            found.interface = Some(interface);
         }
+        found.attempt = with_server(&found.attempt, &members[s].attempt);
     }
-    roles
+    out
+}
+
+/// What stands below each span of a call, found in one pass.
+struct Below {
+    /// A protocol span nested in it (the first, if several).
+    nested: Vec<Option<usize>>,
+    /// Of its transport requests, the one that ended last (ties: the later to start, then
+    /// the higher span id): the one that carries the call's code.
+    last_transport: Vec<Option<usize>>,
+    /// It is the HTTP server span carrying a protocol server span.
+    carries: Vec<bool>,
+}
+
+impl Below {
+    fn of(members: &[Member<'_>], joined: &[Joined]) -> Below {
+        let n = members.len();
+        let mut below = Below {
+            nested: vec![None; n],
+            last_transport: vec![None; n],
+            carries: vec![false; n],
+        };
+        let later = |i: usize| {
+            let a = &members[i].attempt;
+            (a.end, a.start, a.span_id)
+        };
+        for (i, j) in joined.iter().enumerate() {
+            match j.parent {
+                Some((p, Link::Nested)) if p != i => {
+                    below.nested[p].get_or_insert(i);
+                }
+                Some((p, Link::Transport)) => {
+                    let last = &mut below.last_transport[p];
+                    if last.is_none_or(|l| later(i) > later(l)) {
+                        *last = Some(i);
+                    }
+                }
+                _ => {}
+            }
+            if let Some(h) = j.carrier {
+                below.carries[h] = true;
+            }
+        }
+        below
+    }
 }
 
 /// Indexes in an order where every parent comes before its children.
@@ -308,48 +380,29 @@ fn by_depth(joined: &[Joined]) -> Vec<usize> {
         }
         d
     };
-    let mut order: Vec<usize> = (0..joined.len()).collect();
-    order.sort_by_key(|&i| depth(i));
-    order
-}
-
-/// The transport request under `p` that ended last (ties: the later to start, then the
-/// higher span id): the one that carries the call's code.
-fn last_transport(members: &[Member<'_>], joined: &[Joined], p: usize) -> Option<usize> {
-    (0..members.len())
-        .filter(|&i| joined[i].parent == Some((p, Link::Transport)))
-        .max_by_key(|&i| {
-            let a = &members[i].attempt;
-            (a.end, a.start, a.span_id)
-        })
+    let mut order: Vec<(usize, usize)> = (0..joined.len()).map(|i| (depth(i), i)).collect();
+    order.sort_unstable();
+    order.into_iter().map(|(_, i)| i).collect()
 }
 
 /// The client attempt a server span belongs to, if its call has one: the client span it (or
 /// its HTTP carrier) is the server side of, followed down to that span's attempt — a nested
 /// span's innermost one; of a protocol span's transport requests, the one the server span
 /// (or its carrier) is the server side of, else the last.
-fn attempt_of(members: &[Member<'_>], joined: &[Joined], s: usize) -> Option<usize> {
+fn attempt_of(joined: &[Joined], below: &Below, s: usize) -> Option<usize> {
     let up = |i: usize| match joined[i].parent {
         Some((c, Link::ServerOf)) => Some(c),
         _ => None,
     };
-    let via_carrier = joined[s].carrier.and_then(up);
-    let mut client = up(s).or(via_carrier)?;
+    // The carrier's client first: an HTTP server span answers one transport request.
+    let mut client = joined[s].carrier.and_then(up).or_else(|| up(s))?;
     // Followed down to an attempt; bounded by the call's size (ids may form a cycle).
-    for _ in 0..=members.len() {
-        let below =
-            |link: Link| (0..members.len()).find(|&i| joined[i].parent == Some((client, link)));
-        if let Some(inner) = below(Link::Nested) {
+    for _ in 0..=joined.len() {
+        if let Some(inner) = below.nested[client] {
             client = inner;
             continue;
         }
-        let through = (0..members.len()).find(|&i| {
-            joined[i].parent == Some((client, Link::Transport))
-                && (up(s) == Some(i) || via_carrier == Some(i))
-        });
-        return through
-            .or_else(|| last_transport(members, joined, client))
-            .or(Some(client));
+        return Some(below.last_transport[client].unwrap_or(client));
     }
     None
 }

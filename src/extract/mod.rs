@@ -569,7 +569,12 @@ pub fn standard_code(message: &str) -> Option<i64> {
 /// The code a span's status description or one of its `exception` events' messages names
 /// ([`standard_code`]), the status first.
 fn code_in_words(span: &dyn SpanView<'_>) -> Option<i64> {
-    let mut code = standard_code(span.status_message());
+    let status = span.status_message();
+    let mut code = if status.is_empty() {
+        None
+    } else {
+        standard_code(status)
+    };
     if code.is_none() {
         span.exceptions(&mut |_, message| {
             code = message.and_then(standard_code);

@@ -12,7 +12,6 @@ use std::ops::Range;
 enum Text {
     Client,
     Instance,
-    Origin,
     Path,
     HttpMethod,
     Verb,
@@ -22,7 +21,7 @@ enum Text {
     ErrorType,
 }
 
-const TEXTS: usize = 10;
+const TEXTS: usize = 9;
 
 /// An [`Attempt`] with its strings owned: what a held or remembered call keeps of each span.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +29,8 @@ pub struct Owned {
     text: String,
     /// Where each of [`Text`] stands in `text`; `None` for an absent optional one.
     at: [Option<(u32, u32)>; TEXTS],
+    /// Kept as it is: an attempt read back is a copy, not normalised again.
+    origin: Option<Origin>,
     family: Family,
     grpc: bool,
     http_status: Option<u16>,
@@ -71,11 +72,9 @@ impl<const N: usize> Id<N> {
 impl Owned {
     /// The owned copy of `a`.
     pub fn of(a: &Attempt<'_>) -> Owned {
-        let origin = a.origin.as_ref().map(Origin::as_str);
         let texts: [Option<&str>; TEXTS] = [
             Some(a.client.name),
             a.client.instance,
-            origin,
             a.path,
             a.http_method,
             Some(a.operation.verb),
@@ -96,6 +95,7 @@ impl Owned {
         Owned {
             text,
             at,
+            origin: a.origin,
             family: a.family,
             grpc: a.operation.grpc,
             http_status: a.signal.http_status,
@@ -127,7 +127,7 @@ impl Owned {
                 instance: self.text(Text::Instance),
             },
             family: self.family,
-            origin: self.text(Text::Origin).and_then(Origin::normalised),
+            origin: self.origin,
             path: self.text(Text::Path),
             http_method: self.text(Text::HttpMethod),
             operation: Operation {

@@ -47,11 +47,29 @@ pub(super) struct Root<'a> {
     pub slot: Option<usize>,
 }
 
+/// The spans a request's vectors and maps of spans make room for at once.
+const ROOM: usize = 64;
+
+/// What a node is besides its attempt.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NodeMeta {
+    /// The span.
+    pub key: SpanKey,
+    /// The parent it names.
+    pub parent: Option<SpanKey>,
+    /// The HTTP server span of the same export whose time contains it.
+    pub carrier: Option<SpanKey>,
+    /// Its place among the request's tags, when forwarding.
+    pub slot: Option<usize>,
+}
+
 /// What a request's spans say of their calls.
 #[derive(Default)]
 pub(super) struct Joins<'a> {
-    /// The spans to join.
-    pub nodes: Vec<Node<'a>>,
+    /// The spans to join, read as attempts: moved as they are into the work set, not copied.
+    pub members: Vec<Member<'a>>,
+    /// The rest of each of them.
+    pub nodes: Vec<NodeMeta>,
     /// Every other span since recording began: its key, and its index in `roots` when it was
     /// an attempt.
     pub seen: Vec<(SpanKey, Option<u32>)>,
@@ -77,11 +95,26 @@ impl<'a> Joins<'a> {
 
     /// Adds a node.
     pub fn node(&mut self, node: Node<'a>) {
-        self.recording = true;
+        if !self.recording {
+            self.recording = true;
+        }
+        if self.nodes.is_empty() {
+            // Room for a request's worth at once: growing a vector of nodes by doubling
+            // copies each several times.
+            self.members.reserve(ROOM);
+            self.nodes.reserve(ROOM);
+            self.awaited.reserve(ROOM);
+        }
         if let Some(parent) = node.parent {
             self.awaited.insert(parent);
         }
-        self.nodes.push(node);
+        self.members.push(node.member);
+        self.nodes.push(NodeMeta {
+            key: node.key,
+            parent: node.parent,
+            carrier: node.carrier,
+            slot: node.slot,
+        });
     }
 
     /// Adds a span that is not a node: a root attempt (`Some`) or any other span.
@@ -89,6 +122,9 @@ impl<'a> Joins<'a> {
         if !self.recording {
             self.unrecorded += 1;
             return;
+        }
+        if self.seen.is_empty() {
+            self.seen.reserve(ROOM);
         }
         let at = root.map(|root| {
             self.roots.push(root);
@@ -127,31 +163,49 @@ struct Work<'w> {
 }
 
 impl<'w> Work<'w> {
-    fn new() -> Work<'w> {
+    fn with_capacity(n: usize) -> Work<'w> {
+        Work::with_members(Vec::with_capacity(n), n)
+    }
+
+    /// A work set whose first spans are `members`, each to be described in turn
+    /// ([`Work::describe`]); room for `n` spans in all.
+    fn with_members(members: Vec<Member<'w>>, n: usize) -> Work<'w> {
         Work {
-            members: Vec::new(),
-            keys: Vec::new(),
-            parents: Vec::new(),
-            carriers: Vec::new(),
-            from: Vec::new(),
-            open: Vec::new(),
+            members,
+            keys: Vec::with_capacity(n),
+            parents: Vec::with_capacity(n),
+            carriers: Vec::with_capacity(n),
+            from: Vec::with_capacity(n),
+            open: Vec::with_capacity(n),
         }
     }
 
     fn push(&mut self, member: Member<'w>, key: SpanKey, parent: Option<SpanKey>, from: From) {
         self.members.push(member);
+        self.describe(key, parent, None, from);
+    }
+
+    /// Describes the next span of the work set, whose attempt is in `members` already.
+    fn describe(
+        &mut self,
+        key: SpanKey,
+        parent: Option<SpanKey>,
+        carrier: Option<SpanKey>,
+        from: From,
+    ) {
         self.keys.push(key);
         self.parents.push(parent);
-        self.carriers.push(None);
+        self.carriers.push(carrier);
         self.from.push(from);
         self.open.push(false);
     }
 
     /// Each span's join to the others (DESIGN §11) and the calls they form: sets of indexes.
-    fn calls(&self) -> (Vec<Joined>, Vec<Vec<usize>>) {
+    fn calls(&self) -> (Vec<Joined>, Groups) {
         let n = self.members.len();
-        let index: HashMap<SpanKey, usize> =
-            self.keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+        let mut index: HashMap<SpanKey, usize> =
+            HashMap::with_capacity_and_hasher(n, Default::default());
+        index.extend(self.keys.iter().enumerate().map(|(i, k)| (*k, i)));
         let mut joined = vec![Joined::default(); n];
         let mut set = Sets::new(n);
         let found = |k: &Option<SpanKey>| k.as_ref().and_then(|k| index.get(k)).copied();
@@ -216,20 +270,46 @@ impl Sets {
         self.size[a] += self.size[b];
     }
 
-    /// The sets, each in index order, in the order of their first index.
-    fn groups(mut self) -> Vec<Vec<usize>> {
+    /// The sets, each in index order, in the order of their first index: every index, set
+    /// after set, and where each set ends.
+    fn groups(mut self) -> Groups {
         let n = self.parent.len();
-        let mut at: Vec<Option<usize>> = vec![None; n];
-        let mut out: Vec<Vec<usize>> = Vec::new();
-        for i in 0..n {
-            let root = self.find(i);
-            let g = *at[root].get_or_insert_with(|| {
-                out.push(Vec::new());
-                out.len() - 1
-            });
-            out[g].push(i);
+        let mut keyed: Vec<(usize, usize)> = (0..n).map(|i| (self.find(i), i)).collect();
+        // A set's key: its first index (the root's, seen first, is not always the smallest).
+        let mut first = vec![usize::MAX; n];
+        for &(root, i) in &keyed {
+            first[root] = first[root].min(i);
         }
-        out
+        for k in &mut keyed {
+            k.0 = first[k.0];
+        }
+        keyed.sort_unstable();
+        let mut ends = Vec::new();
+        for (at, w) in keyed.windows(2).enumerate() {
+            if w[0].0 != w[1].0 {
+                ends.push(at + 1);
+            }
+        }
+        if n > 0 {
+            ends.push(n);
+        }
+        Groups {
+            members: keyed.into_iter().map(|(_, i)| i).collect(),
+            ends,
+        }
+    }
+}
+
+/// Sets of indexes, one after another: set `k` is `members[ends[k - 1]..ends[k]]`.
+struct Groups {
+    members: Vec<usize>,
+    ends: Vec<usize>,
+}
+
+impl Groups {
+    fn iter(&self) -> impl Iterator<Item = &[usize]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.members[a..b])
     }
 }
 
@@ -297,6 +377,7 @@ impl Pipeline {
     ) {
         let mut calls = self.calls();
         let Joins {
+            members,
             nodes,
             mut seen,
             mut roots,
@@ -329,7 +410,8 @@ impl Pipeline {
             }
         }
         let mut taken: Vec<Call> = Vec::new();
-        let mut known: HashSet<SpanKey> = HashSet::default();
+        let mut known: HashSet<SpanKey> =
+            HashSet::with_capacity_and_hasher(2 * nodes.len(), Default::default());
         // The request's nodes, each once; a span kept already is an exporter's retry.
         let mut fresh: Vec<usize> = Vec::with_capacity(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
@@ -343,7 +425,9 @@ impl Pipeline {
         let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
             HashMap::default()
         } else {
-            seen.iter().copied().collect()
+            let mut at = HashMap::with_capacity_and_hasher(seen.len(), Default::default());
+            at.extend(seen.iter().copied());
+            at
         };
         let mut used_roots: Vec<usize> = Vec::new();
         let mut frontier: Vec<(SpanKey, Option<SpanKey>)> = fresh
@@ -383,16 +467,29 @@ impl Pipeline {
                 frontier.push((p, None));
             }
         }
-        // The work set: nodes, roots read again, and the kept spans.
+        // The work set: nodes (their attempts moved, not copied), roots read again, and the
+        // kept spans.
         let root_spans: Vec<Option<SpanRef<'a>>> = used_roots
             .iter()
             .map(|&i| SpanRef::parse(roots[i].bytes).ok())
             .collect();
-        let mut work = Work::new();
+        let kept_spans: usize = taken.iter().map(|c| c.members.len()).sum();
+        let mut members = members;
+        if fresh.len() < nodes.len() {
+            let mut at = fresh.iter().peekable();
+            let mut i = 0;
+            members.retain(|_| {
+                let keep = at.next_if_eq(&&i).is_some();
+                i += 1;
+                keep
+            });
+        }
+        members.reserve(used_roots.len() + kept_spans);
+        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
+        let mut work = Work::with_members(members, fresh.len() + used_roots.len() + kept_spans);
         for &i in &fresh {
             let n = &nodes[i];
-            work.push(n.member.clone(), n.key, n.parent, From::Node(i));
-            *work.carriers.last_mut().expect("pushed") = n.carrier;
+            work.describe(n.key, n.parent, n.carrier, From::Node(i));
         }
         for (at, span) in used_roots.iter().zip(&root_spans) {
             let root = &roots[*at];
@@ -413,7 +510,6 @@ impl Pipeline {
         self.push_kept(&mut work, &taken);
         let has_seen = |k: &SpanKey| seen_at.contains_key(k);
         mark_open(&mut work, &taken, &known, has_seen);
-        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
         let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
         let mut counting = Counting {
             now: r.now,
@@ -537,7 +633,7 @@ impl Pipeline {
         if bags.is_empty() {
             return Vec::new();
         }
-        let mut work = Work::new();
+        let mut work = Work::with_capacity(bags.iter().map(|c| c.members.len()).sum());
         self.push_kept(&mut work, &bags);
         let mut attempts = 0;
         let mut counting = Counting {
@@ -587,22 +683,33 @@ impl Pipeline {
         work: &Work<'_>,
         taken: &[Call],
         counting: &mut Counting<'_>,
-        (slots, root_slots): (&[Option<usize>], &[Option<usize>]),
+        slots: (&[Option<usize>], &[Option<usize>]),
         may_hold: bool,
     ) -> Vec<(Call, Bound)> {
         let (joined, groups) = work.calls();
+        let undeclared = |a: &Attempt<'_>| {
+            let origin = a.origin.as_ref().map(|o| o.as_str());
+            let interface = interfaces.resolve(origin, a.path);
+            interfaces.declared(interface, a.path) == Declared::No
+        };
+        // Every call of the work set at once: calls do not reach into each other.
+        let roles = call::assemble(&work.members, &joined, undeclared);
         let mut forced = Vec::new();
-        for group in groups {
+        let mut open: Vec<SpanKey> = Vec::new();
+        let mut counted: Vec<Observation> = Vec::new();
+        for group in groups.iter() {
             let counted_before = group.iter().any(|&i| match work.from[i] {
                 From::Root(_) => true,
                 From::Kept { call, .. } => !taken[call].is_held(),
                 From::Node(_) => false,
             });
-            let open: Vec<SpanKey> = group
-                .iter()
-                .filter(|&&i| work.open[i])
-                .filter_map(|&i| work.parents[i])
-                .collect();
+            open.clear();
+            open.extend(
+                group
+                    .iter()
+                    .filter(|&&i| work.open[i])
+                    .filter_map(|&i| work.parents[i]),
+            );
             if may_hold && !open.is_empty() && !counted_before {
                 let since = group
                     .iter()
@@ -613,7 +720,7 @@ impl Pipeline {
                     .min()
                     .unwrap_or(counting.now);
                 let members = group.iter().map(|&i| kept(work, taken, i, false)).collect();
-                let state = State::Held { open };
+                let state = State::Held { open: open.clone() };
                 forced.extend(calls.keep(Call {
                     members,
                     state,
@@ -624,11 +731,11 @@ impl Pipeline {
             let kept_call = self.count_call(
                 interfaces,
                 work,
-                &joined,
-                &group,
+                (&roles, group),
                 taken,
                 counting,
-                (slots, root_slots),
+                slots,
+                &mut counted,
             );
             if let Some(call) = kept_call {
                 forced.extend(calls.keep(call));
@@ -637,77 +744,56 @@ impl Pipeline {
         forced
     }
 
-    /// Counts one call: takes back what its spans were counted as before, assembles it,
-    /// counts its attempts and tags them. Returns it to remember when its other side may
-    /// still come.
+    /// Counts one call of the work set (the spans `group`, whose `roles` are assembled): takes
+    /// back what its spans were counted as before, counts its attempts and tags them. Returns it
+    /// to remember when its other side may still come.
     #[allow(clippy::too_many_arguments)]
     fn count_call(
         &self,
         interfaces: &Interfaces,
         work: &Work<'_>,
-        joined: &[Joined],
-        group: &[usize],
+        (calls, group): (&call::Calls<'_>, &[usize]),
         taken: &[Call],
         counting: &mut Counting<'_>,
         (slots, root_slots): (&[Option<usize>], &[Option<usize>]),
+        counted: &mut Vec<Observation>,
     ) -> Option<Call> {
         // What its spans were counted as before: taken back while pending; a settled attempt
         // stays, and is not counted again.
         let mut settled: Vec<SpanKey> = Vec::new();
-        let mut before: Vec<Observation> = Vec::new();
-        let mut calls_seen: Vec<usize> = Vec::new();
+        let mut taken_from: Option<usize> = None;
+        let mut retract = |obs: &Observation| {
+            if self.tracker.retract(obs) == Retraction::Settled {
+                settled.push((obs.trace_id, obs.span_id));
+            }
+        };
         for &i in group {
             match work.from[i] {
-                From::Kept { call, .. } if !calls_seen.contains(&call) => {
-                    calls_seen.push(call);
+                From::Kept { call, .. } if taken_from != Some(call) => {
+                    taken_from = Some(call);
                     if let State::Counted { attempts } = &taken[call].state {
-                        before.extend(attempts.iter().copied());
+                        attempts.iter().for_each(&mut retract);
                     }
                 }
                 From::Root(_) => {
                     let a = &work.members[i].attempt;
                     let ids = self.client_ids(a.client);
                     let p = self.place(interfaces, a, ids.id);
-                    before.push(place::observation(&p, a, 0));
+                    retract(&place::observation(&p, a, 0));
                 }
                 _ => {}
             }
         }
-        for obs in &before {
-            if self.tracker.retract(obs) == Retraction::Settled {
-                settled.push((obs.trace_id, obs.span_id));
-            }
-        }
-        // Assembled.
-        let members: Vec<Member<'_>> = group.iter().map(|&i| work.members[i].clone()).collect();
-        let at: HashMap<usize, usize> = group.iter().enumerate().map(|(g, &i)| (i, g)).collect();
-        let local = |x: usize| at.get(&x).copied();
-        let sub: Vec<Joined> = group
-            .iter()
-            .map(|&i| Joined {
-                parent: joined[i]
-                    .parent
-                    .and_then(|(p, link)| Some((local(p)?, link))),
-                carrier: joined[i].carrier.and_then(local),
-            })
-            .collect();
-        let undeclared = |a: &Attempt<'_>| {
-            let origin = a.origin.as_ref().map(|o| o.as_str());
-            let interface = interfaces.resolve(origin, a.path);
-            interfaces.declared(interface, a.path) == Declared::No
-        };
-        let roles = call::assemble(&members, &sub, undeclared);
-        let mut counted: Vec<Observation> = Vec::new();
+        counted.clear();
         let mut remember = false;
         let slot_of = |i: usize| match work.from[i] {
             From::Node(n) => slots.get(n).copied().flatten(),
             From::Root(n) => root_slots.get(n).copied().flatten(),
             From::Kept { .. } => None,
         };
-        for (g, role) in roles.iter().enumerate() {
-            let i = group[g];
-            match role {
-                Role::Part => {
+        for &i in group {
+            match calls.attempt(i) {
+                None => {
                     let before = match work.from[i] {
                         From::Kept { call, member } => taken[call].members[member].skipped,
                         _ => false,
@@ -719,8 +805,8 @@ impl Pipeline {
                         tags.write(slot, |_| {});
                     }
                 }
-                Role::Attempt { attempt, interface } => {
-                    if settled.contains(&work.keys[i]) {
+                Some(call::Assembled { attempt, interface }) => {
+                    if !settled.is_empty() && settled.contains(&work.keys[i]) {
                         continue;
                     }
                     let mut ids = self.client_ids(attempt.client);
@@ -734,7 +820,7 @@ impl Pipeline {
                         None => self.place(interfaces, attempt, ids.id),
                     };
                     let observed = interfaces.client_from(p.interface).is_some();
-                    if members[g].side == Side::Client
+                    if work.members[i].side == Side::Client
                         && (observed || (attempt.origin.is_none() && interfaces.any_observed()))
                     {
                         remember = true;
@@ -770,12 +856,13 @@ impl Pipeline {
         }
         let members = group
             .iter()
-            .zip(&roles)
-            .map(|(&i, role)| kept(work, taken, i, *role == Role::Part))
+            .map(|&i| kept(work, taken, i, calls.roles[i] == Role::Part))
             .collect();
         Some(Call {
             members,
-            state: State::Counted { attempts: counted },
+            state: State::Counted {
+                attempts: counted.clone(),
+            },
             since: counting.now,
         })
     }
@@ -848,32 +935,29 @@ fn kept(work: &Work<'_>, taken: &[Call], i: usize, skipped: bool) -> Kept {
 /// HTTP server span of the export — as when the MCP SDK parents its span to the client's own
 /// span (trace context propagated in `_meta`) — the one HTTP span whose time contains it, when
 /// it contains no other such span and no other contains it.
-pub(super) fn carriers(nodes: &mut [Node<'_>]) {
-    let is_protocol = |n: &Node<'_>| {
+pub(super) fn carriers(members: &[Member<'_>], nodes: &mut [NodeMeta]) {
+    let is_protocol = |i: usize| {
         matches!(
-            n.member.attempt.family,
+            members[i].attempt.family,
             Family::Mcp | Family::A2a | Family::JsonRpc
         )
     };
-    let http = |n: &Node<'_>| n.member.attempt.family == Family::Http;
+    let http = |i: usize| members[i].attempt.family == Family::Http;
+    let keys: Vec<SpanKey> = nodes.iter().map(|n| n.key).collect();
     let by_parent = |i: usize| {
         nodes[i]
             .parent
-            .is_some_and(|p| nodes.iter().any(|h| http(h) && h.key == p))
+            .is_some_and(|p| (0..keys.len()).any(|h| http(h) && keys[h] == p))
     };
     let orphans: Vec<usize> = (0..nodes.len())
-        .filter(|&i| is_protocol(&nodes[i]) && !nodes[i].member.named && !by_parent(i))
+        .filter(|&i| is_protocol(i) && !members[i].named && !by_parent(i))
         .collect();
     let parents: Vec<usize> = (0..nodes.len())
-        .filter(|&h| http(&nodes[h]))
-        .filter(|&h| {
-            !nodes
-                .iter()
-                .any(|n| is_protocol(n) && n.parent == Some(nodes[h].key))
-        })
+        .filter(|&h| http(h))
+        .filter(|&h| !(0..nodes.len()).any(|n| is_protocol(n) && nodes[n].parent == Some(keys[h])))
         .collect();
     let contains = |h: usize, i: usize| {
-        let (h, a) = (&nodes[h].member.attempt, &nodes[i].member.attempt);
+        let (h, a) = (&members[h].attempt, &members[i].attempt);
         h.start <= a.start && a.end <= h.end
     };
     let mut found: Vec<(usize, SpanKey)> = Vec::new();
@@ -883,7 +967,7 @@ pub(super) fn carriers(nodes: &mut [Node<'_>]) {
             continue;
         };
         if orphans.iter().all(|&j| j == i || !contains(h, j)) {
-            found.push((i, nodes[h].key));
+            found.push((i, keys[h]));
         }
     }
     for (i, carrier) in found {

@@ -124,16 +124,32 @@ impl Bound {
     }
 }
 
+/// A kept call's place: its slot, and a tag that tells it from the calls kept in that slot
+/// before.
+type Handle = u64;
+
+/// A call in its slot: its handle and its bytes.
+#[derive(Debug)]
+struct Slot {
+    call: Call,
+    handle: Handle,
+    bytes: usize,
+}
+
 /// The kept calls, found by their spans and by the parents they wait for.
 #[derive(Debug)]
 pub struct Calls {
-    calls: HashMap<u64, (Call, usize)>,
-    members: HashMap<SpanKey, u64>,
-    awaiting: HashMap<SpanKey, u64>,
-    /// (since, id) of the held calls and of the counted ones, each oldest first; stale
+    /// The calls, each in a slot of its own (a freed slot is reused): found by handle without
+    /// hashing.
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    live: usize,
+    members: HashMap<SpanKey, Handle>,
+    awaiting: HashMap<SpanKey, Handle>,
+    /// (since, handle) of the held calls and of the counted ones, each oldest first; stale
     /// entries (bags taken since) are skipped.
-    held_order: VecDeque<(Nanos, u64)>,
-    counted_order: VecDeque<(Nanos, u64)>,
+    held_order: VecDeque<(Nanos, Handle)>,
+    counted_order: VecDeque<(Nanos, Handle)>,
     next: u64,
     spans: usize,
     bytes: usize,
@@ -147,7 +163,9 @@ impl Calls {
     /// least), at most `max_spans` spans and `max_bytes` bytes of them.
     pub fn new(window: Nanos, max_spans: usize, max_bytes: usize) -> Calls {
         Calls {
-            calls: HashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
             members: HashMap::default(),
             awaiting: HashMap::default(),
             held_order: VecDeque::new(),
@@ -168,10 +186,11 @@ impl Calls {
 
     /// How many spans of held calls are kept (the rest are of counted calls).
     pub fn held(&self) -> usize {
-        self.calls
-            .values()
-            .filter(|(c, _)| c.is_held())
-            .map(|(c, _)| c.members.len())
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.call.is_held())
+            .map(|s| s.call.members.len())
             .sum()
     }
 
@@ -182,7 +201,13 @@ impl Calls {
 
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
-        self.calls.is_empty()
+        self.live == 0
+    }
+
+    /// The call of `handle`, if it is still kept.
+    fn get(&self, handle: Handle) -> Option<&Slot> {
+        let slot = self.slots.get((handle & u64::from(u32::MAX)) as usize)?;
+        slot.as_ref().filter(|s| s.handle == handle)
     }
 
     /// Whether some call waits for a parent.
@@ -207,18 +232,24 @@ impl Calls {
         self.members.contains_key(key)
     }
 
-    fn take(&mut self, id: u64) -> Option<Call> {
-        let (call, bytes) = self.calls.remove(&id)?;
-        for m in &call.members {
-            if self.members.get(&m.key) == Some(&id) {
-                self.members.remove(&m.key);
+    fn take(&mut self, id: Handle) -> Option<Call> {
+        self.get(id)?;
+        let at = (id & u64::from(u32::MAX)) as usize;
+        let Slot { call, bytes, .. } = self.slots[at].take()?;
+        self.free.push(at);
+        self.live -= 1;
+        // Removed, and put back in the rare case another call holds the same key.
+        let forget = |map: &mut HashMap<SpanKey, Handle>, k: &SpanKey| {
+            if let Some(other) = map.remove(k).filter(|other| *other != id) {
+                map.insert(*k, other);
             }
+        };
+        for m in &call.members {
+            forget(&mut self.members, &m.key);
         }
         if let State::Held { open } = &call.state {
             for k in open {
-                if self.awaiting.get(k) == Some(&id) {
-                    self.awaiting.remove(k);
-                }
+                forget(&mut self.awaiting, k);
             }
         }
         self.spans -= call.members.len();
@@ -235,20 +266,24 @@ impl Calls {
                 State::Counted { .. } => Vec::new(),
             };
         }
-        if let State::Held { open } = &call.state {
-            let siblings: Vec<SpanKey> = open
-                .iter()
-                .filter(|k| self.awaiting.contains_key(*k))
-                .copied()
-                .collect();
-            for k in siblings {
-                if let Some(other) = self.take_awaiting(&k) {
-                    call = merge(call, other);
-                }
+        // Siblings: the held calls waiting for one of the same parents (the list grows as
+        // they join).
+        let mut k = 0;
+        while let State::Held { open } = &call.state {
+            let Some(parent) = open.get(k).copied() else {
+                break;
+            };
+            k += 1;
+            if let Some(other) = self.take_awaiting(&parent) {
+                call = merge(call, other);
             }
         }
-        let id = self.next;
-        self.next += 1;
+        let at = self.free.pop().unwrap_or_else(|| {
+            self.slots.push(None);
+            self.slots.len() - 1
+        });
+        self.next = self.next.wrapping_add(1);
+        let id: Handle = self.next << 32 | at as u64;
         for m in &call.members {
             self.members.insert(m.key, id);
         }
@@ -266,7 +301,12 @@ impl Calls {
             &mut self.counted_order
         };
         order.push_back((call.since, id));
-        self.calls.insert(id, (call, bytes));
+        self.slots[at] = Some(Slot {
+            call,
+            handle: id,
+            bytes,
+        });
+        self.live += 1;
         let mut forced = Vec::new();
         while self.spans > self.max_spans || self.bytes > self.max_bytes {
             let bound = if self.spans > self.max_spans {
@@ -300,14 +340,21 @@ impl Calls {
 
     /// The id of the oldest held (or counted) call when `due` says its time has come; stale
     /// entries are dropped on the way.
-    fn front(&mut self, held: bool, due: impl Fn(Nanos) -> bool) -> Option<u64> {
-        let order = if held {
-            &mut self.held_order
+    fn front(&mut self, held: bool, due: impl Fn(Nanos) -> bool) -> Option<Handle> {
+        let (order, slots) = if held {
+            (&mut self.held_order, &self.slots)
         } else {
-            &mut self.counted_order
+            (&mut self.counted_order, &self.slots)
+        };
+        let kept = |id: Handle, since: Nanos| {
+            let at = (id & u64::from(u32::MAX)) as usize;
+            slots
+                .get(at)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| s.handle == id && s.call.since == since)
         };
         while let Some(&(since, id)) = order.front() {
-            if self.calls.get(&id).is_none_or(|(c, _)| c.since != since) {
+            if !kept(id, since) {
                 order.pop_front();
                 continue;
             }
@@ -322,14 +369,14 @@ impl Calls {
 
     /// The oldest call of either kind, taken out.
     fn pop_oldest(&mut self) -> Option<Call> {
-        let oldest = |order: &VecDeque<(Nanos, u64)>, calls: &HashMap<u64, (Call, usize)>| {
+        let oldest = |order: &VecDeque<(Nanos, Handle)>| {
             order
                 .iter()
-                .find(|(since, id)| calls.get(id).is_some_and(|(c, _)| c.since == *since))
+                .find(|(since, id)| self.get(*id).is_some_and(|s| s.call.since == *since))
                 .map(|(since, _)| *since)
         };
-        let held = oldest(&self.held_order, &self.calls);
-        let counted = oldest(&self.counted_order, &self.calls);
+        let held = oldest(&self.held_order);
+        let counted = oldest(&self.counted_order);
         let from_held = match (held, counted) {
             (Some(h), Some(c)) => h <= c,
             (h, _) => h.is_some(),

@@ -40,7 +40,8 @@ pub struct Summary {
     pub accepted: u64,
     /// Spans that could not be decoded: OTLP's `rejected_spans`.
     pub rejected: u64,
-    /// Attempts classified.
+    /// Attempts counted: its spans' (a call's spans make one), and those of calls kept from
+    /// earlier requests that its spans completed.
     pub attempts: u64,
     /// Spans with more attributes than are read (`max_attributes_per_span`).
     pub truncated: u64,
@@ -379,7 +380,10 @@ impl Pipeline {
             }
             self.flush(&mut request, &mut staged);
             if observed.is_some() {
-                assemble::carriers(&mut joins.nodes[server_nodes..]);
+                assemble::carriers(
+                    &joins.members[server_nodes..],
+                    &mut joins.nodes[server_nodes..],
+                );
             }
         }
         if !joins.is_empty() {
@@ -439,35 +443,38 @@ impl Pipeline {
         joins: &mut Joins<'a>,
     ) {
         let slot = self.read(r, span);
-        let key = calls::key(span.trace_id(), span.span_id());
+        // The span's key, made only when the calls of the request need it.
+        let key = || calls::key(span.trace_id(), span.span_id());
         // Borrowed where it was built: an attempt is a few hundred bytes.
         let extracted = extract::extract(client.client, span, self.max_attributes);
-        let attempt = match extracted {
+        let attempt = match &extracted {
             Ok(attempt) => attempt,
             Err(skip) => {
                 self.metrics.span_skipped(skip.label());
-                joins.seen(key, None);
+                if joins.recording {
+                    joins.seen(key(), None);
+                }
                 return;
             }
         };
-        r.summary.attempts += 1;
         let parent = attempt.parent_span_id;
-        if !parent.is_empty() || joins.awaits(&key) {
+        if !parent.is_empty() || (!joins.awaited.is_empty() && joins.awaits(&key())) {
             let parent = (!parent.is_empty()).then(|| calls::key(attempt.trace_id, parent));
             joins.node(Node {
                 member: extract::call::Member {
-                    attempt,
+                    attempt: attempt.clone(),
                     side: extract::call::Side::Client,
                     named: false,
                 },
-                key,
+                key: key(),
                 parent,
                 carrier: None,
                 slot,
             });
             return;
         }
-        let p = self.place(interfaces, &attempt, client.id);
+        r.summary.attempts += 1;
+        let p = self.place(interfaces, attempt, client.id);
         let labels = self.labels(client, p.group.interface, p.interface_name);
         // Spans tagged upstream are forwarded as they came.
         let tag = slot.filter(|_| !attempt.tagged).map(|at| {
@@ -478,23 +485,25 @@ impl Pipeline {
             place::write_place_tags(&mut r.placed, &r.reason, p.interface_name);
             (at, start..r.placed.len())
         });
-        let obs = place::observation(&p, &attempt, labels);
+        let obs = place::observation(&p, attempt, labels);
         // Its call's other side may still come: a server span of its observed interface, or
         // one that places an attempt naming no server.
-        let observed = interfaces.client_from(p.interface).is_some();
-        if interfaces.any_observed() && (observed || attempt.origin.is_none()) {
-            joins
-                .remember
-                .push((key, extract::Owned::of(&attempt), obs));
+        if interfaces.any_observed()
+            && (attempt.origin.is_none() || interfaces.client_from(p.interface).is_some())
+        {
+            let kept = (key(), extract::Owned::of(attempt), obs);
+            joins.remember.push(kept);
         }
-        joins.seen(
-            key,
-            Some(Root {
+        if joins.recording {
+            let root = Root {
                 bytes,
                 client: client.client,
                 slot,
-            }),
-        );
+            };
+            joins.seen(key(), Some(root));
+        } else {
+            joins.unrecorded += 1;
+        }
         staged.push(Staged {
             obs,
             operation: attempt.operation,

@@ -95,13 +95,11 @@ fn never_undeclared(_: &Attempt<'_>) -> bool {
 }
 
 /// The attempts of a call, each with its interface, in member order.
-fn attempts<'a>(roles: &[Role<'a>]) -> Vec<(usize, Attempt<'a>, Option<usize>)> {
-    roles
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match r {
-            Role::Attempt { attempt, interface } => Some((i, attempt.clone(), *interface)),
-            Role::Part => None,
+fn attempts<'a>(calls: &Calls<'a>) -> Vec<(usize, Attempt<'a>, Option<usize>)> {
+    (0..calls.roles.len())
+        .filter_map(|i| {
+            let a = calls.attempt(i)?;
+            Some((i, a.attempt.clone(), a.interface))
         })
         .collect()
 }
@@ -480,7 +478,7 @@ fn a_client_that_names_no_server_goes_where_the_server_span_is() {
     assert_eq!((*i, *interface), (0, Some(2)));
     assert_eq!(a.path, Some("/mcp"));
     assert_eq!(a.signal.jsonrpc_code, Some(-32601));
-    assert_eq!(roles[1], Role::Part);
+    assert_eq!(roles.roles[1], Role::Part);
 }
 
 #[test]
@@ -564,7 +562,7 @@ fn transport_retries_are_attempts_and_the_last_carries_the_calls_code() {
             (3, Some(503), None)
         ]
     );
-    assert_eq!(roles[4], Role::Part, "the server side of the third");
+    assert_eq!(roles.roles[4], Role::Part, "the server side of the third");
 }
 
 #[test]
@@ -599,6 +597,31 @@ fn a_server_span_of_a_protocol_call_goes_to_the_request_it_answered_else_the_las
     };
     assert_eq!(to(parent(1, Link::ServerOf)), [1]);
     assert_eq!(to(parent(0, Link::ServerOf)), [2], "the last");
+    // A protocol server span under the client's protocol span, carried by the HTTP server
+    // span of the first request: the first.
+    let carried = [
+        client(mcp("tools/call", "x")),
+        client(at(post("/mcp", 503), 110, 120)),
+        client(at(post("/mcp", 200), 150, 170)),
+        members[3].clone(),
+        server(post("/mcp", 503), true),
+    ];
+    let all = [
+        ROOT,
+        parent(0, Link::Transport),
+        parent(0, Link::Transport),
+        Joined {
+            parent: Some((0, Link::ServerOf)),
+            carrier: Some(4),
+        },
+        parent(1, Link::ServerOf),
+    ];
+    let found: Vec<usize> = attempts(&assemble(&carried, &all, never_undeclared))
+        .into_iter()
+        .filter(|(_, a, _)| a.signal.error_type == Some("Boom"))
+        .map(|(i, _, _)| i)
+        .collect();
+    assert_eq!(found, [1]);
 }
 
 #[test]
@@ -606,8 +629,8 @@ fn assembly_survives_ids_that_loop() {
     let members = [client(mcp("x", "")), client(mcp("x", ""))];
     let joined = [parent(1, Link::Nested), parent(0, Link::Nested)];
     let roles = assemble(&members, &joined, never_undeclared);
-    assert_eq!(roles.len(), 2);
+    assert_eq!(roles.roles.len(), 2);
     let members = [server(mcp("x", ""), false), client(mcp("x", ""))];
     let joined = [parent(1, Link::ServerOf), parent(1, Link::Nested)];
-    assert_eq!(assemble(&members, &joined, never_undeclared).len(), 2);
+    assert_eq!(assemble(&members, &joined, never_undeclared).roles.len(), 2);
 }
