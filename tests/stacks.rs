@@ -1,6 +1,7 @@
 //! Real agent stacks exporting their own telemetry (DESIGN §11): FastMCP 4's client and
-//! server with their native OpenTelemetry, and the official MCP SDK 2's client against the
-//! MCP SDK's server behind the ASGI instrumentation — both clients over httpx2 with
+//! server with their native OpenTelemetry, the official MCP SDK 2's client against the MCP
+//! SDK's server behind the ASGI instrumentation, and that client again through a Caddy gateway
+//! with its `tracing` on in front of another such server — the clients over httpx2 with
 //! `opentelemetry-instrumentation-httpx` — each playing DESIGN §1's three clients and a
 //! careful one, every process exporting over OTLP/HTTP to the binary. Each stack describes a
 //! call in several spans (FastMCP's, the SDK's, httpx's, the server's); the counters must be
@@ -58,6 +59,54 @@ async fn mcp_server(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     server
+}
+
+/// Starts Caddy on `port` in front of the server on `upstream`, its `tracing` exporting as
+/// `caddy-gateway` to `otlp`.
+async fn gateway(
+    python: &str,
+    dir: &std::path::Path,
+    port: u16,
+    upstream: u16,
+    otlp: u16,
+) -> tokio::process::Child {
+    let caddy = std::path::Path::new(python).with_file_name("caddy");
+    let config = dir.join("Caddyfile");
+    std::fs::write(
+        &config,
+        format!(
+            "{{\n  admin off\n}}\n:{port} {{\n  tracing {{\n    span gateway\n  }}\n  reverse_proxy 127.0.0.1:{upstream}\n}}\n"
+        ),
+    )
+    .expect("the Caddyfile is written");
+    let mut caddy = tokio::process::Command::new(caddy)
+        .args(["run", "--adapter", "caddyfile", "--config"])
+        .arg(&config)
+        .env("OTEL_SERVICE_NAME", "caddy-gateway")
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("XDG_DATA_HOME", dir)
+        .env("XDG_CONFIG_HOME", dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("Caddy starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "Caddy never listened");
+        if let Some(status) = caddy.try_wait().expect("waitable") {
+            panic!("Caddy exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    caddy
 }
 
 /// Runs one story of one stack against `base`; returns the HTTP requests its spans record
@@ -124,19 +173,20 @@ fn requests(recorded: &str) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_once() {
+async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_call_counted_once() {
     let Some(python) = agent_python() else {
         return;
     };
     let dir = fresh_dir("stacks", "federation");
-    let (fast, sdk) = (free_port(), free_port());
-    let interface = |name: &str, port: u16| {
+    let (fast, sdk, behind, front) = (free_port(), free_port(), free_port(), free_port());
+    // The gateway's interface is observed through both its own spans and the server's behind it.
+    let interface = |name: &str, port: u16, services: &str| {
         format!(
             "  - name: {name}
     protocol: mcp
     url: http://127.0.0.1:{port}/mcp
     endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
-    server: {{ service_names: [{name}] }}
+    server: {{ service_names: [{services}] }}
 "
         )
     };
@@ -144,25 +194,22 @@ async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_
         &dir,
         "stacks",
         &format!(
-            "interfaces:\n{}{}",
-            interface("weather-fastmcp", fast),
-            interface("weather-sdk", sdk)
+            "interfaces:\n{}{}{}",
+            interface("weather-fastmcp", fast, "weather-fastmcp"),
+            interface("weather-sdk", sdk, "weather-sdk"),
+            interface("weather-gateway", front, "caddy-gateway, weather-behind"),
         ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let _fastmcp = mcp_server(
-        &python,
-        "fastmcp_server.py",
-        fast,
-        "weather-fastmcp",
-        ports.http,
-    )
-    .await;
-    let _sdk = mcp_server(&python, "mcp_server.py", sdk, "weather-sdk", ports.http).await;
+    let server = |name, port, service| mcp_server(&python, name, port, service, ports.http);
+    let _fastmcp = server("fastmcp_server.py", fast, "weather-fastmcp").await;
+    let _sdk = server("mcp_server.py", sdk, "weather-sdk").await;
+    let _behind = server("mcp_server.py", behind, "weather-behind").await;
+    let _caddy = gateway(&python, &dir, front, behind, ports.http).await;
 
     let stories = ["planner", "prober", "assistant", "careful"];
     let mut expected = Vec::new();
-    for (stack, port) in [("fastmcp", fast), ("mcp", sdk)] {
+    for (stack, port) in [("fastmcp", fast), ("mcp", sdk), ("gateway", front)] {
         let base = format!("http://127.0.0.1:{port}");
         for name in stories {
             let requests = story(&python, &dir, stack, name, &base, ports.http).await;
@@ -207,7 +254,11 @@ async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_
         }
         value(&m, "refusal_gate_violations_total", &labels)
     };
-    for (stack, interface) in [("fastmcp", "weather-fastmcp"), ("mcp", "weather-sdk")] {
+    for (stack, interface) in [
+        ("fastmcp", "weather-fastmcp"),
+        ("mcp", "weather-sdk"),
+        ("gateway", "weather-gateway"),
+    ] {
         let client = |story: &str| format!("{stack}-{story}");
         // Every call placed on its interface: the MCP SDK's spans name no server, the
         // httpx spans under them do.
@@ -229,15 +280,16 @@ async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_
         );
         assert_eq!(violations(&planner, ""), 0.0, "{m}");
         // The prober: 22 requests to three undeclared paths, each refused by its 404 on a key
-        // of its own (the SDK reports -32601). The MCP SDK sends one request a connection: 3
+        // of its own (the SDK reports -32601). The MCP SDK (through the gateway too, whose 404
+        // is the server's) sends one request a connection: 3
         // keys, so 19 retries after a refusal and 2 probes, DESIGN §1's figures. FastMCP's
         // client tries `server/discover`, then `initialize`: two requests a connection, 6 keys,
         // so 16 retries and 5 probes.
         let prober = client("prober");
-        let (retries, probes) = if stack == "mcp" {
-            (19.0, 2.0)
-        } else {
+        let (retries, probes) = if stack == "fastmcp" {
             (16.0, 5.0)
+        } else {
+            (19.0, 2.0)
         };
         assert_eq!(
             of(&prober, &[("kind", "interface_not_declared")]),
@@ -258,7 +310,8 @@ async fn fastmcp_and_the_mcp_sdk_tell_the_federations_stories_each_call_counted_
         assert_eq!(violations(&careful, ""), 0.0, "{m}");
         assert_eq!(of(&careful, &[("class", "ok")]), of(&careful, &[]), "{m}");
     }
-    // Every server span was the other side of a client's call.
+    // Every server span was the other side of a client's call: the gateway's and the server's
+    // behind it, each the same request.
     assert_eq!(
         value(
             &m,

@@ -45,6 +45,10 @@ pub enum Link {
     /// A protocol SERVER span inside an HTTP SERVER span of the same interface, which names
     /// its client (§9): by parentage, or by time within one export.
     Carried,
+    /// An HTTP SERVER span under an HTTP SERVER span of the same interface: the request a
+    /// gateway in front of the server (Caddy, Envoy) received, as the server behind it got
+    /// it. One request, seen twice; the server's view is the nearer to the call.
+    Proxied,
 }
 
 fn is_protocol(family: Family) -> bool {
@@ -68,10 +72,14 @@ pub fn link(child: &Member<'_>, parent: &Member<'_>) -> Option<Link> {
             }
         }
         (Side::Server(_), Side::Client) => Some(Link::ServerOf),
-        (Side::Server(a), Side::Server(b))
-            if a == b && is_protocol(c.family) && p.family == Family::Http =>
-        {
-            Some(Link::Carried)
+        (Side::Server(a), Side::Server(b)) if a == b && p.family == Family::Http => {
+            if is_protocol(c.family) {
+                Some(Link::Carried)
+            } else if c.family == Family::Http {
+                Some(Link::Proxied)
+            } else {
+                None
+            }
         }
         _ => None,
     }
@@ -280,21 +288,18 @@ pub fn assemble<'a>(
         if below.carries[i] {
             continue;
         }
+        // The server spans in front of it: its carrier, and the gateways' before either.
+        let outer = outer_servers(joined, i);
         match attempt_of(joined, &below, i) {
             Some(a) => {
                 attached.push((a, i));
-                attached.extend(joined[i].carrier.map(|h| (a, h)));
+                attached.extend(outer.iter().map(|&h| (a, h)));
             }
             None => {
-                let carrier = joined[i]
-                    .carrier
-                    .filter(|&h| members[h].named)
-                    .map(|h| members[h].attempt.client);
-                let client = if members[i].named {
-                    members[i].attempt.client
-                } else {
-                    carrier.unwrap_or(UNKNOWN)
-                };
+                let named = std::iter::once(i)
+                    .chain(outer.iter().copied())
+                    .find(|&h| members[h].named);
+                let client = named.map_or(UNKNOWN, |h| members[h].attempt.client);
                 out.roles[i] = Role::Attempt(out.attempts.len());
                 out.attempts.push(Assembled {
                     attempt: Attempt {
@@ -330,7 +335,8 @@ struct Below {
     /// Of its transport requests, the one that ended last (ties: the later to start, then
     /// the higher span id): the one that carries the call's code.
     last_transport: Vec<Option<usize>>,
-    /// It is the HTTP server span carrying a protocol server span.
+    /// It is the HTTP server span carrying a protocol server span, or a gateway's span in
+    /// front of the server's: a nearer span tells the call.
     carries: Vec<bool>,
 }
 
@@ -357,6 +363,7 @@ impl Below {
                         *last = Some(i);
                     }
                 }
+                Some((p, Link::Proxied)) if p != i => below.carries[p] = true,
                 _ => {}
             }
             if let Some(h) = j.carrier {
@@ -390,9 +397,17 @@ fn by_depth(joined: &[Joined]) -> Vec<usize> {
 /// span's innermost one; of a protocol span's transport requests, the one the server span
 /// (or its carrier) is the server side of, else the last.
 fn attempt_of(joined: &[Joined], below: &Below, s: usize) -> Option<usize> {
-    let up = |i: usize| match joined[i].parent {
-        Some((c, Link::ServerOf)) => Some(c),
-        _ => None,
+    // The client span a server span (or a gateway's in front of it) is the other side of.
+    let up = |i: usize| {
+        let mut at = i;
+        for _ in 0..=joined.len() {
+            match joined[at].parent {
+                Some((c, Link::ServerOf)) => return Some(c),
+                Some((p, Link::Proxied)) => at = p,
+                _ => return None,
+            }
+        }
+        None
     };
     // The carrier's client first: an HTTP server span answers one transport request.
     let mut client = joined[s].carrier.and_then(up).or_else(|| up(s))?;
@@ -405,6 +420,24 @@ fn attempt_of(joined: &[Joined], below: &Below, s: usize) -> Option<usize> {
         return Some(below.last_transport[client].unwrap_or(client));
     }
     None
+}
+
+/// The server spans in front of server span `s`, nearest first: the HTTP span carrying it,
+/// then the gateways' spans each of those is proxied through.
+fn outer_servers(joined: &[Joined], s: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut at = joined[s].carrier.unwrap_or(s);
+    if at != s {
+        out.push(at);
+    }
+    while let Some((p, Link::Proxied)) = joined[at].parent {
+        if out.contains(&p) || p == s || out.len() > joined.len() {
+            break; // Ids that loop.
+        }
+        out.push(p);
+        at = p;
+    }
+    out
 }
 
 #[cfg(test)]

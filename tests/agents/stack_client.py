@@ -2,8 +2,9 @@
 
     python stack_client.py STACK STORY BASE_URL
 
-STACK is `fastmcp` (FastMCP 4's client, its native OpenTelemetry on) or `mcp` (the official
-MCP SDK 2's ClientSession over streamable HTTP); either way the MCP SDK sends over `httpx2`,
+STACK is `fastmcp` (FastMCP 4's client, its native OpenTelemetry on), `mcp` (the official
+MCP SDK 2's ClientSession over streamable HTTP), or `gateway` (the same MCP SDK client, its
+BASE_URL a gateway in front of the server); either way the MCP SDK sends over `httpx2`,
 which `opentelemetry-instrumentation-httpx` reaches through its HTTPX2ClientInstrumentor, so
 each call is the stack's spans around an HTTP CLIENT span. The spans go over OTLP/HTTP
 (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and, with RECORD=FILE, to FILE as OTLP/JSON lines too.
@@ -113,7 +114,11 @@ async def main():
     await (fastmcp() if stack == "fastmcp" else sdk())
 
 
-if story not in ("planner", "prober", "assistant", "careful") or stack not in ("fastmcp", "mcp"):
+if story not in ("planner", "prober", "assistant", "careful") or stack not in (
+    "fastmcp",
+    "mcp",
+    "gateway",
+):
     sys.exit(f"unknown stack or story: {stack} {story}")
 asyncio.run(main())
 provider.shutdown()

@@ -634,3 +634,66 @@ fn assembly_survives_ids_that_loop() {
     let joined = [parent(1, Link::ServerOf), parent(1, Link::Nested)];
     assert_eq!(assemble(&members, &joined, never_undeclared).roles.len(), 2);
 }
+
+#[test]
+fn a_gateways_server_span_and_the_servers_behind_it_are_one_call() {
+    // Caddy's span (naming the client), the MCP server's ASGI span under it, and the MCP
+    // span that span carries.
+    let gateway = server(post("/mcp", 200), true);
+    let backend = server(post("/mcp", 200), false);
+    let protocol = server(
+        Attempt {
+            signal: Signal {
+                error_type: Some("tool_error"),
+                ..Signal::default()
+            },
+            ..mcp("tools/call", "lookup")
+        },
+        false,
+    );
+    assert_eq!(link(&backend, &gateway), Some(Link::Proxied));
+    assert_eq!(link(&protocol, &gateway), Some(Link::Carried));
+    // Alone: the MCP span is the attempt, under the client the gateway names.
+    let alone = [gateway.clone(), backend.clone(), protocol.clone()];
+    let joined = [
+        ROOT,
+        parent(0, Link::Proxied),
+        Joined {
+            parent: None,
+            carrier: Some(1),
+        },
+    ];
+    let calls = assemble(&alone, &joined, never_undeclared);
+    let found = attempts(&calls);
+    assert_eq!(found.len(), 1, "{calls:?}");
+    assert_eq!((found[0].0, found[0].2), (2, Some(2)));
+    assert_eq!(found[0].1.client.name, "prober/1.0");
+    assert_eq!(&calls.roles[..2], &[Role::Part, Role::Part]);
+    // With the client's call: one attempt, the client's request, with the server's facts.
+    let with_client = [
+        client(mcp("tools/call", "lookup")),
+        client(at(post("/mcp", 200), 110, 190)),
+        gateway,
+        backend,
+        protocol,
+    ];
+    let joined = [
+        ROOT,
+        parent(0, Link::Transport),
+        parent(1, Link::ServerOf),
+        parent(2, Link::Proxied),
+        Joined {
+            parent: None,
+            carrier: Some(3),
+        },
+    ];
+    let calls = assemble(&with_client, &joined, never_undeclared);
+    let found = attempts(&calls);
+    assert_eq!(found.len(), 1, "{calls:?}");
+    assert_eq!(found[0].0, 1);
+    assert_eq!(found[0].1.client, AGENT);
+    assert_eq!(found[0].1.signal.error_type, Some("tool_error"));
+    // A gateway's span alone is an attempt of its own.
+    let calls = assemble(&with_client[2..3], &[ROOT], never_undeclared);
+    assert_eq!(attempts(&calls)[0].1.client.name, "prober/1.0");
+}
