@@ -257,3 +257,121 @@ fn the_federation_from_the_servers_side_tells_the_same_stories() {
         "says which configuration it used"
     );
 }
+
+/// A span of a hand-made recording: name, kind, span id, parent id, start (ms), attributes.
+type JsonSpan<'a> = (&'a str, u8, &'a str, &'a str, u64, &'a [(&'a str, &'a str)]);
+
+/// One OTLP/JSON line of `spans` of `service`.
+fn line(service: &str, spans: &[JsonSpan<'_>]) -> String {
+    let spans: Vec<serde_json::Value> = spans
+        .iter()
+        .map(|(name, kind, id, parent, start, attributes)| {
+            let t = 1_793_498_400_000_000_000u64 + start * 1_000_000;
+            serde_json::json!({
+                "traceId": "5eaaa129a740b09f6e77185319f628bf",
+                "spanId": id,
+                "parentSpanId": parent,
+                "name": name,
+                "kind": kind,
+                "startTimeUnixNano": t.to_string(),
+                "endTimeUnixNano": (t + 20_000_000).to_string(),
+                "attributes": attributes.iter().map(|(k, v)| serde_json::json!(
+                    {"key": k, "value": {"stringValue": v}})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+        "scopeSpans": [{"spans": spans}],
+    }]})
+    .to_string()
+}
+
+/// A call in four spans over two lines, the HTTP child a line before its MCP parent and the
+/// server's span (DESIGN §11): replay counts it once, as the request, with the server's facts.
+#[test]
+fn a_call_in_several_spans_over_several_lines_is_one_attempt() {
+    let dir = temp_dir("calls");
+    let config = dir.join("calls.yaml");
+    std::fs::write(
+        &config,
+        "interfaces:
+  - name: weather-mcp
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints: [{ path: /mcp, methods: [POST] }]
+    server: { service_names: [weather-server] }
+",
+    )
+    .expect("writing");
+    let post: &[(&str, &str)] = &[
+        ("http.request.method", "POST"),
+        ("url.full", "http://mcp.test:8080/mcp"),
+        ("http.response.status_code", "200"),
+    ];
+    let call: &[(&str, &str)] = &[
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "lookup"),
+    ];
+    let failed: &[(&str, &str)] = &[
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "lookup"),
+        ("error.type", "tool_error"),
+    ];
+    let recording = [
+        line(
+            "agent",
+            &[("POST", 3, "0000000000000002", "0000000000000001", 5, post)],
+        ),
+        line(
+            "weather-server",
+            &[(
+                "tools/call lookup",
+                2,
+                "0000000000000003",
+                "0000000000000001",
+                8,
+                failed,
+            )],
+        ),
+        line(
+            "agent",
+            &[(
+                "MCP send tools/call lookup",
+                3,
+                "0000000000000001",
+                "",
+                0,
+                call,
+            )],
+        ),
+    ];
+    let file = dir.join("calls.jsonl");
+    std::fs::write(&file, recording.join("\n")).expect("writing");
+    let out = replay(
+        &[
+            "--config",
+            config.to_str().expect("UTF-8"),
+            "--format",
+            "json",
+            file.to_str().expect("UTF-8"),
+        ],
+        None,
+    );
+    let r = report(&out);
+    let agent = client(&r, "agent");
+    assert_eq!(agent["attempts"], 1, "{r}");
+    assert_eq!(
+        agent["classes"]["ambiguous"], 1,
+        "the server's tool error: {r}"
+    );
+    assert!(
+        !r["clients"]
+            .as_array()
+            .expect("clients")
+            .iter()
+            .any(|c| c["client"] == "unknown_client"),
+        "{r}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

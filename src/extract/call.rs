@@ -172,9 +172,9 @@ pub fn transport<'a>(
             via,
             ..call.operation
         },
+        // The request's own grpc code is none: an HTTP span's never is one.
         signal: Signal {
             jsonrpc_code,
-            grpc_code: None,
             error_type: if last {
                 c.error_type.or(r.error_type)
             } else {

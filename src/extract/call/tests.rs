@@ -178,6 +178,7 @@ fn nested_spans_take_the_inner_facts_else_the_outer_and_fail_when_either_does() 
     let outer = Attempt {
         origin: Origin::new("http", "outer.test", None),
         path: Some("/outer"),
+        http_method: Some("POST"),
         signal: Signal {
             error_type: Some("tool_error"),
             jsonrpc_code: Some(-32602),
@@ -202,6 +203,7 @@ fn nested_spans_take_the_inner_facts_else_the_outer_and_fail_when_either_does() 
         Some("http://outer.test")
     );
     assert_eq!(call.path, Some("/outer"));
+    assert_eq!(call.http_method, Some("POST"), "the outer's method");
     assert_eq!(
         (call.span_id, call.start),
         (&[2u8; 8][..], 110),
