@@ -3,9 +3,10 @@
 //! assembled ([`crate::extract::call`]), and counted — or held for the rest of their call.
 //!
 //! Core, as the rest of the pipeline: no sockets, no clock. A request's CLIENT spans that name
-//! no parent are attempts at once (the hot path: they cost a line in [`Joins::seen`]); the
-//! others, and every SERVER span of an observed interface, are *nodes*, joined once the whole
-//! request has been read, under one lock of [`Calls`]. A call none of whose spans waits for a
+//! no parent are attempts at once (the hot path: while nothing is kept and no span of the
+//! request names a parent, they cost nothing more); the others, and every SERVER span of an
+//! observed interface, are *nodes*, joined once the whole request has been read, under one
+//! lock of [`Calls`]. A call none of whose spans waits for a
 //! parent still to come is counted; a span of it counted earlier (an attempt on its own, or
 //! the call before a late span arrived) is taken back from the tracker first while it is
 //! pending, so the call is counted once whatever the order its spans came in.
@@ -780,6 +781,8 @@ impl Pipeline {
                     let ids = self.client_ids(a.client);
                     let p = self.place(interfaces, a, ids.id);
                     retract(&place::observation(&p, a, 0));
+                    // Counted by its request as an attempt of its own: now part of a call.
+                    *counting.attempts = counting.attempts.saturating_sub(1);
                 }
                 _ => {}
             }
@@ -821,7 +824,7 @@ impl Pipeline {
                     };
                     let observed = interfaces.client_from(p.interface).is_some();
                     if work.members[i].side == Side::Client
-                        && (observed || (attempt.origin.is_none() && interfaces.any_observed()))
+                        && (observed || attempt.origin.is_none())
                     {
                         remember = true;
                     }

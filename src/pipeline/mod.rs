@@ -486,10 +486,11 @@ impl Pipeline {
             (at, start..r.placed.len())
         });
         let obs = place::observation(&p, attempt, labels);
-        // Its call's other side may still come: a server span of its observed interface, or
-        // one that places an attempt naming no server.
-        if interfaces.any_observed()
-            && (attempt.origin.is_none() || interfaces.client_from(p.interface).is_some())
+        // Its call may still be joined: an attempt that names no server by a request under it
+        // or a server span that places it (SDKs end children first, but exports can come out
+        // of order), one on an observed interface by its server's spans.
+        if attempt.origin.is_none()
+            || (interfaces.any_observed() && interfaces.client_from(p.interface).is_some())
         {
             let kept = (key(), extract::Owned::of(attempt), obs);
             joins.remember.push(kept);

@@ -579,3 +579,193 @@ interfaces:
 
     const UNKNOWN_CLIENT_NAME: &str = crate::extract::UNKNOWN_CLIENT;
 }
+
+/// Calls in several spans (DESIGN §11) through the whole pipeline: what is held, what is
+/// tagged, what the bounds force, an exporter's retry of a held span.
+mod calls {
+    use super::*;
+    use crate::otlp::fixtures::s as kv;
+
+    const CONFIG: &str = "
+interfaces:
+  - name: weather
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints: [{ path: /mcp, methods: [POST] }]
+tracker: { max_held_spans: 3 }
+";
+
+    /// A CLIENT span of trace 9: id, parent (0: none), attributes.
+    fn span(id: u8, parent: u8, attributes: &[(&str, &str)]) -> Span {
+        Span {
+            name: "span".into(),
+            kind: 3,
+            trace_id: vec![9; 16],
+            span_id: vec![id; 8],
+            parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
+            start_time_unix_nano: 1_000 + u64::from(id),
+            end_time_unix_nano: 2_000,
+            attributes: attributes.iter().map(|(k, v)| kv(k, v)).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The MCP SDK's span of a call: no server named.
+    fn protocol(id: u8) -> Span {
+        span(
+            id,
+            0,
+            &[("mcp.method.name", "tools/call"), ("gen_ai.tool.name", "x")],
+        )
+    }
+
+    /// httpx's request under the call `parent`.
+    fn post(id: u8, parent: u8) -> Span {
+        span(
+            id,
+            parent,
+            &[
+                ("http.request.method", "POST"),
+                ("url.full", "http://mcp.test:8080/mcp"),
+                ("http.response.status_code", "200"),
+            ],
+        )
+    }
+
+    fn body(spans: Vec<Span>) -> Vec<u8> {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![kv("service.name", "agent")],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    fn pipeline() -> Pipeline {
+        Pipeline::from_config(&crate::config::Config::parse(CONFIG).expect("valid"))
+    }
+
+    /// The value of the series of `metric` whose line contains `part`, after a settle.
+    fn count(p: &Pipeline, metric: &str, part: &str) -> u64 {
+        p.settle(true, 10);
+        p.metrics()
+            .render()
+            .lines()
+            .filter(|l| l.starts_with(metric) && l.contains(part))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    #[test]
+    fn a_request_held_for_its_call_is_counted_once_the_call_arrives_and_tagged_with_it() {
+        let p = pipeline();
+        let mut tags = SpanTags::default();
+        p.ingest(
+            Transport::Grpc,
+            &body(vec![post(2, 1)]),
+            0,
+            1,
+            Some(&mut tags),
+        );
+        assert!(tags.get(0).is_empty(), "held: its verdict is not known yet");
+        assert_eq!(p.calls().held(), 1);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "agent"), 0);
+        // The call arrives with a request of its own, in one export: both counted, each once,
+        // the new request tagged with its call's operation and interface.
+        let mut tags = SpanTags::default();
+        let spans = vec![post(4, 3), protocol(3), protocol(1)];
+        let (summary, _) = p.ingest(Transport::Grpc, &body(spans), 0, 2, Some(&mut tags));
+        assert_eq!(summary.attempts, 2);
+        assert_eq!(p.calls().held(), 0);
+        let tagged = String::from_utf8_lossy(tags.get(0)).into_owned();
+        assert!(tagged.contains("refusal_gate.interface") && tagged.contains("weather"));
+        assert!(
+            tags.get(1).is_empty() && tags.get(2).is_empty(),
+            "the calls are not attempts"
+        );
+        assert_eq!(
+            count(&p, "refusal_gate_attempts_total", "interface=\"weather\""),
+            2
+        );
+        assert_eq!(
+            count(&p, "refusal_gate_spans_skipped_total", "same_call"),
+            2
+        );
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "unknown"), 0);
+    }
+
+    #[test]
+    fn a_call_counted_before_its_request_arrived_is_taken_back_and_its_tags_with_it() {
+        let p = pipeline();
+        // The call first, alone: an attempt on `unknown` (it names no server), pending.
+        p.ingest(Transport::Grpc, &body(vec![protocol(1)]), 0, 1, None);
+        // Its request in the next export: the call is taken back, the request counted.
+        p.ingest(Transport::Grpc, &body(vec![post(2, 1)]), 0, 2, None);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "unknown"), 0);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 1);
+        // In one export, the call before its request: the call's tags are cleared.
+        let mut tags = SpanTags::default();
+        let spans = vec![protocol(5), post(6, 5)];
+        p.ingest(Transport::Grpc, &body(spans), 0, 3, Some(&mut tags));
+        assert!(
+            tags.get(0).is_empty(),
+            "{:?}",
+            String::from_utf8_lossy(tags.get(0))
+        );
+        assert!(!tags.get(1).is_empty());
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 2);
+    }
+
+    #[test]
+    fn past_max_held_spans_the_oldest_held_call_is_counted_at_once() {
+        let p = pipeline();
+        for n in 0..4u8 {
+            let parent = 100 + n;
+            p.ingest(
+                Transport::Grpc,
+                &body(vec![post(n + 1, parent)]),
+                0,
+                u64::from(n),
+                None,
+            );
+        }
+        assert_eq!(p.calls().held(), 3);
+        assert_eq!(
+            count(&p, "refusal_gate_held_calls_forced_total", "max_held_spans"),
+            1
+        );
+        // Counted as it is: a plain request.
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 1);
+        // An exporter sends a held span again: not held twice.
+        p.ingest(Transport::Grpc, &body(vec![post(4, 103)]), 0, 9, None);
+        assert_eq!(p.calls().held(), 3);
+        assert_eq!(
+            count(&p, "refusal_gate_spans_skipped_total", "duplicate"),
+            1
+        );
+        // Their wait ends: each counted as it is.
+        p.sweep(p.tracker().reorder_window() + 10);
+        assert_eq!(p.calls().held(), 0);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 4);
+    }
+
+    #[test]
+    fn a_span_naming_a_parent_that_is_no_call_is_counted_as_soon_as_the_parent_is_seen() {
+        let p = pipeline();
+        // An agent's INTERNAL span, the parent of a plain request, in the next export.
+        p.ingest(Transport::Grpc, &body(vec![post(2, 1)]), 0, 1, None);
+        let mut agent = span(1, 0, &[("gen_ai.operation.name", "invoke_agent")]);
+        agent.kind = 1;
+        p.ingest(Transport::Grpc, &body(vec![agent]), 0, 2, None);
+        assert_eq!(p.calls().held(), 0);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 1);
+    }
+}
