@@ -143,32 +143,14 @@ fn stages(c: &mut Criterion) {
             .collect();
         let pass = (requests * SPANS) as u64 * 1_000_000;
         let mut send = 0u64;
-        let mut next = move || {
+        let next = move || {
             let body =
                 encoded[send as usize % requests].stamped(send, send / requests as u64 * pass);
             send += 1;
             body
         };
-        let pipeline = warm_pipeline(&(0..requests).map(|_| next()).collect::<Vec<_>>());
-        g.bench_function(
-            format!("whole_decode_extract_classify_track_count/{clients}_clients"),
-            |b| {
-                b.iter_batched(
-                    &mut next,
-                    |body| {
-                        pipeline
-                            .handle(
-                                Transport::Grpc,
-                                black_box(&body),
-                                Encoding::Protobuf,
-                                clock::now(),
-                            )
-                            .expect("valid")
-                    },
-                    BatchSize::SmallInput,
-                )
-            },
-        );
+        let name = format!("whole_decode_extract_classify_track_count/{clients}_clients");
+        whole(&mut g, &name, requests, next);
     }
     // The same calls as call trees, a client's requests in order (its split calls completed
     // by its next request).
@@ -178,15 +160,32 @@ fn stages(c: &mut Criterion) {
         .collect();
     let mut seq = vec![0u64; clients];
     let mut sent = 0usize;
-    let mut next = move || {
+    let next = move || {
         let tree = &trees[sent % clients];
         sent += 1;
         seq[tree.client()] += 1;
         tree.stamped(seq[tree.client()])
     };
-    let pipeline = warm_pipeline(&(0..4 * clients).map(|_| next()).collect::<Vec<_>>());
     g.throughput(Throughput::Elements((SPANS / 3 * 3) as u64));
-    g.bench_function(format!("whole_tree/{clients}_clients"), |b| {
+    whole(
+        &mut g,
+        &format!("whole_tree/{clients}_clients"),
+        4 * clients,
+        next,
+    );
+    g.finish();
+}
+
+/// Benches the whole path on the requests `next` makes, after `warm` of them warmed a
+/// pipeline.
+fn whole(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    warm: usize,
+    mut next: impl FnMut() -> Vec<u8>,
+) {
+    let pipeline = warm_pipeline(&(0..warm).map(|_| next()).collect::<Vec<_>>());
+    g.bench_function(name, |b| {
         b.iter_batched(
             &mut next,
             |body| {
@@ -202,7 +201,6 @@ fn stages(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
-    g.finish();
 }
 
 fn observation(thread: u64, n: u64) -> Observation {

@@ -390,7 +390,7 @@ interfaces:
     use crate::otlp::fixtures::{i, s as kv};
 
     /// A span of `kind` in trace 7 with id `id` and parent `parent` (0: none).
-    fn span(kind: i32, id: u8, parent: u8, attributes: &[(&str, &str)]) -> Span {
+    pub(super) fn span(kind: i32, id: u8, parent: u8, attributes: &[(&str, &str)]) -> Span {
         Span {
             name: "span".into(),
             kind,
@@ -426,7 +426,7 @@ interfaces:
         span(2, id, parent, &[("mcp.method.name", method)])
     }
 
-    fn body(service: &str, spans: Vec<Span>) -> Vec<u8> {
+    pub(super) fn body(service: &str, spans: Vec<Span>) -> Vec<u8> {
         ExportTraceServiceRequest {
             resource_spans: vec![ResourceSpans {
                 resource: Some(Resource {
@@ -583,8 +583,8 @@ interfaces:
 /// Calls in several spans (DESIGN §11) through the whole pipeline: what is held, what is
 /// tagged, what the bounds force, an exporter's retry of a held span.
 mod calls {
+    use super::server_view::{body as export, span as any_span};
     use super::*;
-    use crate::otlp::fixtures::s as kv;
 
     const CONFIG: &str = "
 interfaces:
@@ -595,19 +595,9 @@ interfaces:
 tracker: { max_held_spans: 3 }
 ";
 
-    /// A CLIENT span of trace 9: id, parent (0: none), attributes.
+    /// A CLIENT span: id, parent (0: none), attributes.
     fn span(id: u8, parent: u8, attributes: &[(&str, &str)]) -> Span {
-        Span {
-            name: "span".into(),
-            kind: 3,
-            trace_id: vec![9; 16],
-            span_id: vec![id; 8],
-            parent_span_id: if parent == 0 { vec![] } else { vec![parent; 8] },
-            start_time_unix_nano: 1_000 + u64::from(id),
-            end_time_unix_nano: 2_000,
-            attributes: attributes.iter().map(|(k, v)| kv(k, v)).collect(),
-            ..Default::default()
-        }
+        any_span(3, id, parent, attributes)
     }
 
     /// The MCP SDK's span of a call: no server named.
@@ -633,20 +623,7 @@ tracker: { max_held_spans: 3 }
     }
 
     fn body(spans: Vec<Span>) -> Vec<u8> {
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes: vec![kv("service.name", "agent")],
-                    ..Default::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    spans,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
+        export("agent", spans)
     }
 
     fn pipeline() -> Pipeline {
