@@ -699,3 +699,58 @@ fn a_gateways_server_span_and_the_servers_behind_it_are_one_call() {
     let calls = assemble(&with_client[2..3], &[ROOT], never_undeclared);
     assert_eq!(attempts(&calls)[0].1.client.name, "prober/1.0");
 }
+
+#[test]
+fn the_protocol_server_spans_facts_come_before_its_http_carriers() {
+    // The carrier says only that HTTP failed; the MCP span it carries says how.
+    let carrier = server(
+        Attempt {
+            signal: Signal {
+                error_type: Some("500"),
+                ..Signal::default()
+            },
+            ..post("/mcp", 200)
+        },
+        true,
+    );
+    let carried = server(
+        Attempt {
+            signal: Signal {
+                error_type: Some("tool_error"),
+                ..Signal::default()
+            },
+            ..mcp("tools/call", "lookup")
+        },
+        false,
+    );
+    let members = [client(post("/mcp", 200)), carrier, carried];
+    let joined = [
+        ROOT,
+        parent(0, Link::ServerOf),
+        Joined {
+            parent: None,
+            carrier: Some(1),
+        },
+    ];
+    let found = attempts(&assemble(&members, &joined, never_undeclared));
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].1.signal.error_type, Some("tool_error"));
+}
+
+#[test]
+fn a_span_that_names_itself_as_its_parent_is_still_an_attempt() {
+    // Ids that loop onto the span itself (a broken SDK): neither its own nested span nor its
+    // own gateway.
+    let calls = assemble(
+        &[client(mcp("x", ""))],
+        &[parent(0, Link::Nested)],
+        never_undeclared,
+    );
+    assert_eq!(attempts(&calls).len(), 1);
+    let calls = assemble(
+        &[server(post("/mcp", 200), true)],
+        &[parent(0, Link::Proxied)],
+        never_undeclared,
+    );
+    assert_eq!(attempts(&calls).len(), 1);
+}
