@@ -58,8 +58,9 @@ pub struct Kept {
 }
 
 impl Kept {
+    /// The memory it takes: itself and its facts' strings.
     fn bytes(&self) -> usize {
-        self.facts.bytes() + std::mem::size_of::<Kept>() - std::mem::size_of::<Owned>()
+        std::mem::size_of::<Kept>() + self.facts.heap_bytes()
     }
 }
 
@@ -91,6 +92,7 @@ pub struct Call {
 }
 
 impl Call {
+    /// The memory it takes: itself, what it waits for or was counted as, and its spans.
     fn bytes(&self) -> usize {
         let attempts = match &self.state {
             State::Held { open } => open.len() * std::mem::size_of::<SpanKey>(),

@@ -754,3 +754,28 @@ fn a_span_that_names_itself_as_its_parent_is_still_an_attempt() {
     );
     assert_eq!(attempts(&calls).len(), 1);
 }
+
+#[test]
+fn a_call_listed_from_its_innermost_span_out_is_assembled_alike() {
+    // The order spans come in (children end first): the request, the SDK's span, the
+    // framework's. Facts still flow from the outermost in.
+    let outer = Attempt {
+        signal: Signal {
+            error_type: Some("tool_error"),
+            status_error: true,
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "get_weather")
+    };
+    let members = [
+        client(at(post("/mcp", 200), 120, 180)),
+        client(at(mcp("tools/call", "get_weather"), 110, 190)),
+        client(outer),
+    ];
+    let joined = [parent(1, Link::Transport), parent(2, Link::Nested), ROOT];
+    let found = attempts(&assemble(&members, &joined, never_undeclared));
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].0, 0);
+    assert_eq!(found[0].1.signal.error_type, Some("tool_error"));
+    assert_eq!(found[0].1.family, Family::Mcp);
+}

@@ -109,10 +109,11 @@ fn held_calls_are_due_after_the_window_and_counted_ones_are_forgotten_after_a_mi
     let due: Vec<Vec<u8>> = calls.due(6, false).iter().map(ids).collect();
     assert_eq!(due, [vec![2]]);
     assert!(calls.holds(&span(9)));
-    assert_eq!(calls.due(REMEMBERED - 1, false).len(), 1, "held 4");
+    let minute = 60 * crate::clock::SECOND;
+    assert_eq!(calls.due(minute - 1, false).len(), 1, "held 4");
     assert!(calls.holds(&span(9)), "still remembered");
     assert!(
-        calls.due(REMEMBERED, false).is_empty(),
+        calls.due(minute, false).is_empty(),
         "forgotten, not counted"
     );
     assert!(calls.is_empty());
@@ -167,4 +168,52 @@ fn two_bags_merged_keep_every_span_and_every_parent_waited_for() {
     );
     let counted_wins = merge(held(2, 1, 0), counted(3, 0));
     assert!(!counted_wins.is_held());
+}
+
+#[test]
+fn a_calls_memory_is_itself_what_it_waits_for_and_its_spans_strings() {
+    let path = "/x".repeat(5_000);
+    let mut call = held(2, 1, 0);
+    call.members[0].facts = Owned::of(&Attempt {
+        path: Some(&path),
+        ..call.members[0].facts.attempt()
+    });
+    let strings = call.members[0].facts.heap_bytes();
+    assert!(strings >= 10_000);
+    let key = std::mem::size_of::<SpanKey>();
+    let base = std::mem::size_of::<Call>() + std::mem::size_of::<Kept>() + strings;
+    assert_eq!(call.bytes(), base + key, "waiting for one parent");
+    let counted = Call {
+        state: State::Counted {
+            attempts: vec![
+                Observation {
+                    group: crate::tracker::GroupId {
+                        client: 0,
+                        interface: 0,
+                    },
+                    operation: 0,
+                    labels: 0,
+                    start: 0,
+                    end: 0,
+                    outcome: crate::classify::Outcome::Ok,
+                    declared: crate::discovery::Declared::Unknown,
+                    discovery: crate::extract::Discovery::None,
+                    retry_after: None,
+                    trace_id: [0; 16],
+                    span_id: [0; 8],
+                };
+                2
+            ],
+        },
+        ..call
+    };
+    let observation = std::mem::size_of::<Observation>();
+    assert_eq!(
+        counted.bytes(),
+        base + 2 * observation,
+        "counted as two attempts"
+    );
+    let mut calls = Calls::new(5, 100, BIG);
+    calls.keep(counted);
+    assert_eq!(calls.bytes(), base + 2 * observation);
 }
