@@ -73,6 +73,17 @@ pub fn router(
             ready,
             trace_url: trace_url.map(Arc::from),
         })
+        .layer(middleware::map_response(no_sniffing))
+}
+
+/// Every admin answer, the 404 of a path it does not serve included, is read as the type it
+/// says it is (`nosniff`): a browser never runs a JSON body or a label value as a script.
+async fn no_sniffing(mut response: axum::response::Response) -> axum::response::Response {
+    response.headers_mut().insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
 }
 
 /// The console's page: the same HTML for every view, which its script chooses by path.
@@ -84,11 +95,13 @@ async fn asset(content_type: &'static str, body: &'static str) -> impl IntoRespo
     (
         [
             (header::CONTENT_TYPE, content_type),
-            // Everything the page uses is its own: nothing from elsewhere may run in it.
+            // Everything the page uses is its own: nothing from elsewhere may run in it, and
+            // no other site may frame it (to lure a click on it).
             (
                 header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'",
+                "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'",
             ),
+            (header::X_FRAME_OPTIONS, "DENY"),
             (header::CACHE_CONTROL, "no-cache"),
         ],
         body,
@@ -114,17 +127,19 @@ async fn status(
     )
 }
 
-/// `GET /api/v1/clients/{client}`: one client's figures and story; 404 for a client not
-/// known.
+/// `GET /api/v1/clients/{client}`: one client's figures and story, found by its name as its
+/// label is (a name longer than `metrics.max_label_bytes` is cut as the label was); 404 for a
+/// client not known, whose body does not repeat the name.
 async fn client(State(admin): State<Admin>, Path(name): Path<String>) -> axum::response::Response {
     admin.pipeline.settle(true, crate::clock::now());
+    let name = crate::label::shorten(&name, admin.pipeline.metrics().max_label_bytes());
     match console::client(&admin.pipeline, &name, admin.trace_url.as_deref()) {
         Some(story) => (
             [(header::CONTENT_TYPE, "application/json")],
             story.to_string(),
         )
             .into_response(),
-        None => (StatusCode::NOT_FOUND, format!("no client named {name}\n")).into_response(),
+        None => (StatusCode::NOT_FOUND, "no such client\n").into_response(),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod discovery;
 pub mod export;
 pub mod extract;
 pub mod gate;
+pub mod label;
 pub mod metrics;
 pub mod otlp;
 pub mod pipeline;

@@ -239,8 +239,9 @@ pub struct Replay {
 const BAD_LINES_KEPT: usize = 100;
 
 impl Replay {
-    /// A replay under `config`'s interfaces and tracker settings. Label caps are lifted: a
-    /// report names every client.
+    /// A replay under `config`'s interfaces and tracker settings. The caps on distinct label
+    /// values are lifted (a report names every client); names are cut to
+    /// `metrics.max_label_bytes` as when serving, so a report names a client as `/metrics` does.
     pub fn new(config: &Config) -> Replay {
         let (interfaces, documents, reports) = loader::load_local(config);
         for r in reports.iter().filter(|r| r.error.is_some()) {
@@ -256,6 +257,7 @@ impl Replay {
             max_series: usize::MAX,
             // A replay never sweeps; its report shows every pair.
             series_ttl: std::time::Duration::ZERO,
+            max_label_bytes: config.metrics.max_label_bytes,
         };
         Replay {
             pipeline: Pipeline::new(

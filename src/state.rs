@@ -100,20 +100,7 @@ pub fn write(path: &Path, state: &State) -> Result<(), StateError> {
             .create_new(true)
             .open(&tmp)
             .map_err(io(&tmp))?;
-        // Buffered in front of the compressor too: the encoder's many small writes would each
-        // run a deflate call (and clear its output buffer) otherwise — 75% of a large write.
-        let gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
-        let mut buffered = BufWriter::with_capacity(1 << 16, gz);
-        serde_json::to_writer(&mut buffered, state)?;
-        let gz = buffered
-            .into_inner()
-            .map_err(|e| io(&tmp)(e.into_error()))?;
-        let file = gz
-            .finish()
-            .map_err(io(&tmp))?
-            .into_inner()
-            .map_err(|e| io(&tmp)(e.into_error()))?;
-        file.sync_all().map_err(io(&tmp))
+        encode(file, &tmp, state)?.sync_all().map_err(io(&tmp))
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
@@ -127,6 +114,31 @@ pub fn write(path: &Path, state: &State) -> Result<(), StateError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io(dir))
+}
+
+/// Writes `state` compressed to `file` (at `path`, for the errors), and gives the file back.
+fn encode(file: std::fs::File, path: &Path, state: &State) -> Result<std::fs::File, StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Buffered in front of the compressor too: the encoder's many small writes would each
+    // run a deflate call (and clear its output buffer) otherwise — 75% of a large write.
+    let gz = GzEncoder::new(BufWriter::new(file), flate2::Compression::fast());
+    let mut buffered = BufWriter::with_capacity(1 << 16, gz);
+    // A failed write (a full disk) is the file's, not the state's: said as the system said it.
+    serde_json::to_writer(&mut buffered, state).map_err(|e| {
+        if e.is_io() {
+            io(e.into())
+        } else {
+            StateError::Corrupt(e)
+        }
+    })?;
+    let gz = buffered.into_inner().map_err(|e| io(e.into_error()))?;
+    gz.finish()
+        .map_err(io)?
+        .into_inner()
+        .map_err(|e| io(e.into_error()))
 }
 
 /// Removes the temporary files of writes to `path` that never finished (a process stopped
@@ -233,6 +245,30 @@ mod tests {
             labels: vec![(1, "c".into(), "i".into())],
             groups: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_full_disk_is_said_as_the_system_says_it_not_as_a_corrupt_state() {
+        // Every write to /dev/full fails with ENOSPC; enough labels, and random enough, that
+        // the encoder writes before it finishes.
+        let mut big = state(1);
+        let mut x = 1u64;
+        let mut noise = || {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            format!("{x:016x}")
+        };
+        big.labels = (0..100_000).map(|n| (n, noise(), noise())).collect();
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full opens");
+        let error = encode(full, Path::new("/dev/full"), &big).expect_err("the disk is full");
+        assert!(matches!(error, StateError::Io { .. }), "{error:?}");
+        let said = error.to_string();
+        assert!(
+            said.starts_with("/dev/full: No space left on device"),
+            "{said}"
+        );
     }
 
     #[test]

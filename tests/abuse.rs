@@ -1214,3 +1214,504 @@ async fn more_idle_sockets_than_descriptors_leave_the_server_reachable() {
     drop(idle);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `span` moved to the present (its offset from the fixtures' start kept): the tracker keeps
+/// a key `key_ttl` after its last attempt.
+fn now(
+    mut span: opentelemetry_proto::tonic::trace::v1::Span,
+) -> opentelemetry_proto::tonic::trace::v1::Span {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    span.start_time_unix_nano = span.start_time_unix_nano - common::T0 + now;
+    span.end_time_unix_nano = span.end_time_unix_nano - common::T0 + now;
+    span
+}
+
+/// The body of `GET http://127.0.0.1:{admin}{path}`.
+async fn admin_get(admin: u16, path: &str) -> String {
+    let answer = reqwest::get(format!("http://127.0.0.1:{admin}{path}"))
+        .await
+        .expect("the admin port answers");
+    assert_eq!(answer.status(), 200, "{path}");
+    answer.text().await.expect("a body")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_of_a_hundred_kilobytes_are_cut_and_every_page_stays_small() {
+    const NAME_BYTES: usize = 100 << 10;
+    let dir = temp_dir("long-names");
+    let (config, ports) = binary_config(&dir, "names", "");
+    let log = dir.join("stderr.log");
+    let stderr = std::fs::File::create(&log).expect("a log file");
+    let server = spawn_binary(&config, ports.admin, stderr.into()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{}/v1/traces", ports.http);
+    // 10 names of 100 KiB, alike but for their last byte, each answered 405 twice by 100
+    // origins: 1,000 series, 1,000 retries without discovery and their alerts, all naming them.
+    let names: Vec<String> = (0..10)
+        .map(|n| format!("{}{n}", "a".repeat(NAME_BYTES - 1)))
+        .collect();
+    for name in &names {
+        let spans = (0..100u64)
+            .flat_map(|origin| {
+                let url = format!("http://o{origin}.test/x");
+                [2 * origin, 2 * origin + 1].map(|i| now(common::http_span(i, "GET", &url, 405)))
+            })
+            .collect();
+        let answer = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(common::export(name, spans))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(answer.status(), 200);
+    }
+    let m = wait_for(ports.admin, "refusal_gate_violations_total", &[], 1000.0).await;
+    let status = admin_get(ports.admin, "/api/v1/status?limit=500").await;
+    let alerts = admin_get(ports.admin, "/api/v1/alerts").await;
+    let rss = peak_rss(server.0.id());
+    let logged = std::fs::metadata(&log).expect("the log").len();
+    eprintln!(
+        "10 names of 100 KiB × 100 origins: /metrics {} bytes, /api/v1/status {} bytes, \
+         /api/v1/alerts {} bytes, log {logged} bytes, peak RSS {} MiB",
+        m.len(),
+        status.len(),
+        alerts.len(),
+        rss >> 20
+    );
+    for (what, len) in [
+        ("/metrics", m.len()),
+        ("/api/v1/status", status.len()),
+        ("/api/v1/alerts", alerts.len()),
+        ("the log", logged as usize),
+    ] {
+        assert!(len <= 16 << 20, "{what} is {len} bytes");
+    }
+    assert!(rss <= 300 << 20, "peak RSS {} MiB", rss >> 20);
+    let clients: std::collections::BTreeSet<String> =
+        common::series(&m, "refusal_gate_attempts_total")
+            .into_iter()
+            .map(|(labels, _)| labels["client"].clone())
+            .collect();
+    assert_eq!(clients.len(), 10, "all 10 clients still distinct");
+    assert!(clients.iter().all(|c| c.len() <= 128), "cut to 128 bytes");
+    assert_eq!(
+        value(&m, "refusal_gate_attempts_total", &[]),
+        2000.0,
+        "every attempt is counted"
+    );
+    assert!(
+        value(
+            &m,
+            "refusal_gate_label_truncated_total",
+            &[("label", "client")]
+        ) >= 10.0
+    );
+    // Each client's page is linked from the fleet page, and shows that client's story.
+    if common::external("chromium") {
+        let browser = dir.join("browser");
+        let fleet = common::dom(&browser, &format!("http://127.0.0.1:{}/", ports.admin));
+        for name in &clients {
+            let href = format!("/clients/{name}");
+            assert!(
+                fleet.contains(&format!("href=\"{href}\"")),
+                "{href} on the fleet page"
+            );
+            let page = common::dom(&browser, &format!("http://127.0.0.1:{}{href}", ports.admin));
+            assert!(
+                page.contains(&format!("<h1 id=\"story-client\">{name}</h1>")),
+                "the story of {name}"
+            );
+            assert!(page.contains("data-violation=\"retry_without_discovery\""));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_answers_are_not_sniffed_framed_or_echoing_and_a_huge_question_is_too_large() {
+    let dir = temp_dir("headers");
+    let (config, ports) = binary_config(&dir, "headers", "");
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let client = reqwest::Client::new();
+    let admin = format!("http://127.0.0.1:{}", ports.admin);
+    for path in [
+        "/",
+        "/clients/x",
+        "/console.js",
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/alerts",
+        "/healthz",
+        "/no/such/path",
+        "/api/v1/clients/%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    ] {
+        let answer = client
+            .get(format!("{admin}{path}"))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(
+            answer
+                .headers()
+                .get("x-content-type-options")
+                .map(|v| v.as_bytes()),
+            Some(&b"nosniff"[..]),
+            "{path}"
+        );
+        if path == "/" || path.starts_with("/clients/") {
+            assert_eq!(answer.headers()["x-frame-options"], "DENY", "{path}");
+            let csp = answer.headers()["content-security-policy"]
+                .to_str()
+                .expect("ASCII");
+            assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        }
+        if path.starts_with("/api/v1/clients/") {
+            assert_eq!(answer.status(), 404);
+            let body = answer.text().await.expect("a body");
+            assert!(!body.contains("script"), "the name is not echoed: {body}");
+        }
+    }
+    // A Gate question of 3 MB: too large, not malformed.
+    let question = serde_json::json!({ "client": "a".repeat(3 << 20) }).to_string();
+    let answer = client
+        .post(format!("{admin}/v1/decide"))
+        .header("content-type", "application/json")
+        .body(question)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 413);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A span of trace 9 with id `id` under parent `parent`, of `kind`, with `attributes`.
+fn traced(
+    kind: i32,
+    id: u64,
+    parent: u64,
+    attributes: Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+) -> opentelemetry_proto::tonic::trace::v1::Span {
+    now(opentelemetry_proto::tonic::trace::v1::Span {
+        trace_id: vec![9; 16],
+        span_id: id.to_be_bytes().to_vec(),
+        parent_span_id: parent.to_be_bytes().to_vec(),
+        name: "POST".into(),
+        kind,
+        start_time_unix_nano: common::T0,
+        end_time_unix_nano: common::T0 + 20_000_000,
+        attributes,
+        ..Default::default()
+    })
+}
+
+/// Posts `body` gzip-compressed to the OTLP/HTTP receiver and expects 200.
+async fn post_gzip(port: u16, body: &[u8]) {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(body).expect("compressed");
+    let answer = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", "gzip")
+        .body(gz.finish().expect("compressed"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_held_spans_of_a_mebibyte_hold_their_facts_not_their_bodies() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    const MIB: usize = 1 << 20;
+    let dir = temp_dir("held");
+    let (config, ports) = binary_config(
+        &dir,
+        "held",
+        "interfaces:
+  - name: weather
+    protocol: http
+    url: http://weather.test:8080
+    endpoints: [{ path: /forecast, methods: [POST] }]
+    server: { service_names: [weather-api] }
+",
+    );
+    let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let post = |url: &str, status: i64| {
+        vec![
+            common::kv("http.request.method", Value::StringValue("POST".into())),
+            common::kv("url.full", Value::StringValue(url.into())),
+            common::kv("http.response.status_code", Value::IntValue(status)),
+        ]
+    };
+    // Spans that wait for a parent that never comes, each of a mebibyte: the server's spans
+    // of calls whose client spans are still to come, and client requests under a protocol
+    // span still to come; half carry the mebibyte in an attribute, half in their path.
+    let flood = |n: u64| {
+        let server_side = n % 2 == 0;
+        let big = "x".repeat(MIB);
+        let mut attributes = if n % 4 < 2 {
+            post("http://weather.test:8080/forecast", 200)
+        } else {
+            post(&format!("http://weather.test:8080/forecast/{big}"), 404)
+        };
+        if n % 4 < 2 {
+            attributes.push(common::kv("payload", Value::StringValue(big)));
+        }
+        traced(
+            if server_side { 2 } else { 3 },
+            1_000 + n,
+            100_000 + n,
+            attributes,
+        )
+    };
+    // Ten spans a request (two resources), 100 requests.
+    let mut sent = 0;
+    for request in 0..100u64 {
+        let spans: Vec<_> = (request * 10..request * 10 + 10).map(flood).collect();
+        let (servers, clients): (Vec<_>, Vec<_>) = spans.into_iter().partition(|s| s.kind == 2);
+        sent += servers.len() + clients.len();
+        let mut body = common::export("weather-api", servers);
+        body.extend(common::export("flooder", clients));
+        post_gzip(ports.http, &body).await;
+        if request == 50 {
+            // A real call in the middle of the flood, seen from both sides in two exports.
+            let client_side = traced(3, 7, 0, post("http://weather.test:8080/forecast", 200));
+            post_gzip(ports.http, &common::export("caller", vec![client_side])).await;
+            let server_side = traced(2, 8, 7, post("http://weather.test:8080/forecast", 200));
+            post_gzip(
+                ports.http,
+                &common::export("weather-api", vec![server_side]),
+            )
+            .await;
+        }
+    }
+    let m = metrics(ports.admin).await;
+    let rss = peak_rss(server.0.id());
+    eprintln!(
+        "{sent} held spans of 1 MiB: peak RSS {} MiB, held {} spans and {} bytes at the end, \
+         {} held calls forced by max_held_mib",
+        rss >> 20,
+        value(&m, "refusal_gate_held_spans", &[]),
+        value(&m, "refusal_gate_held_bytes", &[]),
+        value(
+            &m,
+            "refusal_gate_held_calls_forced_total",
+            &[("bound", "max_held_mib")]
+        ),
+    );
+    assert!(rss <= 300 << 20, "peak RSS {} MiB", rss >> 20);
+    assert!(value(&m, "refusal_gate_held_bytes", &[]) <= 16.0 * MIB as f64);
+    assert_eq!(
+        value(&m, "refusal_gate_attempts_total", &[("client", "caller")]),
+        1.0,
+        "the real call is counted once"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What an attacker may write into any field the report shows: each tries to end the data's
+/// script element, open a comment or a script of its own, or run an event handler.
+const PAYLOADS: [&str; 8] = [
+    "<!--<script>",
+    "</script><script>document.title='PWNED'</script>",
+    "<img src=x onerror=\"document.body.setAttribute('data-pwned','1')\">",
+    "\u{2028}\u{2029}</ScRiPt >",
+    "<![CDATA[ ]]> --> <!-- <script> </script>",
+    "\"'><svg onload=document.body.setAttribute('data-pwned','1')>",
+    "${document.title='PWNED'}",
+    "&lt;&#x3c;\\u003c",
+];
+
+/// One recorded export request (OTLP/JSON, as `replay` reads them) of `service`'s spans.
+fn recorded(service: &str, spans: Vec<serde_json::Value>) -> String {
+    let string =
+        |key: &str, value: &str| serde_json::json!({"key": key, "value": {"stringValue": value}});
+    serde_json::json!({"resourceSpans": [{
+        "resource": {"attributes": [string("service.name", service), string("service.instance.id", service)]},
+        "scopeSpans": [{"spans": spans}],
+    }]})
+    .to_string()
+}
+
+/// A recorded CLIENT span `n` (of trace `trace`) carrying `payload` in every field the
+/// report may show: an MCP tool call failing in words, or an HTTP request answered `status`.
+fn hostile_span(trace: usize, n: u64, mcp: bool, status: u16, payload: &str) -> serde_json::Value {
+    let string =
+        |key: &str, value: &str| serde_json::json!({"key": key, "value": {"stringValue": value}});
+    let start = 1_793_498_400_000_000_000u64 + n * 100_000_000;
+    let failed = mcp || status != 200;
+    let mut attributes = vec![string("http.route", payload)];
+    if failed {
+        attributes.push(string("error.type", payload));
+    }
+    if mcp {
+        attributes.extend([
+            string("mcp.method.name", "tools/call"),
+            string("gen_ai.tool.name", payload),
+            string("server.address", "mcp.test"),
+        ]);
+    } else {
+        attributes.extend([
+            string("http.request.method", "POST"),
+            string("url.full", &format!("http://api.test/{payload}")),
+            serde_json::json!({"key": "http.response.status_code", "value": {"intValue": status.to_string()}}),
+        ]);
+    }
+    serde_json::json!({
+        "traceId": format!("{trace:032x}"),
+        "spanId": format!("{:016x}", n + 1),
+        "name": payload,
+        "kind": 3,
+        "startTimeUnixNano": start.to_string(),
+        "endTimeUnixNano": (start + 20_000_000).to_string(),
+        "attributes": attributes,
+        "events": [{"name": "exception", "timeUnixNano": start.to_string(), "attributes": [
+            string("exception.message", payload), string("exception.type", payload)]}],
+        "status": {"code": if failed { 2 } else { 0 }, "message": payload},
+    })
+}
+
+#[test]
+fn no_payload_in_any_field_breaks_the_report_or_runs_in_it() {
+    if !common::external("chromium") {
+        return;
+    }
+    let dir = temp_dir("report");
+    // Each payload is a client's name, and fills every field of its two calls, each retried.
+    let lines: Vec<String> = PAYLOADS
+        .iter()
+        .enumerate()
+        .map(|(k, payload)| {
+            let spans = (0..4)
+                .map(|n| hostile_span(k + 1, n, n < 2, 404, payload))
+                .collect();
+            recorded(&format!("{payload} {k}"), spans)
+        })
+        .collect();
+    let recording = dir.join("hostile.jsonl");
+    std::fs::write(&recording, lines.join("\n")).expect("written");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+        .args(["replay", "--format", "html"])
+        .arg(&recording)
+        .output()
+        .expect("replay runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = dir.join("report.html");
+    std::fs::write(&report, &out.stdout).expect("the report is written");
+    let url = format!("file://{}", report.display());
+    let browser = dir.join("browser");
+    let fleet = common::dom(&browser, &url);
+    let untouched = |page: &str, what: &str| {
+        assert!(!page.contains("<title>PWNED"), "a script ran in {what}");
+        assert!(
+            !page.contains("data-pwned=\"1\""),
+            "a handler ran in {what}"
+        );
+        assert!(!page.contains("Loading…"), "{what} is stuck loading");
+    };
+    untouched(&fleet, "the fleet");
+    for (k, payload) in PAYLOADS.iter().enumerate() {
+        let client = format!("{payload} {k}");
+        let href = format!("#/clients/{}", encode_uri_component(&client));
+        assert!(
+            fleet.contains(&format!("href=\"{}\"", html_attribute(&href))),
+            "the fleet links {client:?}"
+        );
+        let story = common::dom(&browser, &format!("{url}{href}"));
+        untouched(&story, &client);
+        assert!(
+            story.contains(&format!(
+                "<h1 id=\"story-client\">{}</h1>",
+                html_text(&client)
+            )),
+            "the story of {client:?}"
+        );
+        assert!(story.contains("data-violation="), "its retries are told");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// JavaScript's `encodeURIComponent`.
+fn encode_uri_component(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' => (b as char).to_string(),
+            b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Text as Chromium serialises it in an element.
+fn html_text(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\u{a0}', "&nbsp;")
+}
+
+/// An attribute value as Chromium serialises it.
+fn html_attribute(s: &str) -> String {
+    s.replace('&', "&amp;").replace('"', "&quot;")
+}
+
+#[test]
+fn the_report_of_sixteen_thousand_clients_tells_every_story_and_its_time_is_printed() {
+    const CLIENTS: usize = 16_000;
+    let dir = temp_dir("report-scale");
+    // Each client makes a request twice: 16,000 stories to tell, and no alert (past
+    // alerting.queue_size alerts, raising one is issue 31's, and would weigh on both).
+    let lines: Vec<String> = (0..CLIENTS)
+        .map(|c| {
+            let spans = (0..2)
+                .map(|n| hostile_span(c + 1, n, false, 200, "x"))
+                .collect();
+            recorded(&format!("client-{c}"), spans)
+        })
+        .collect();
+    let recording = dir.join("fleet.jsonl");
+    std::fs::write(&recording, lines.join("\n")).expect("written");
+    let replay = |format: &str| {
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+            .args(["replay", "--format", format])
+            .arg(&recording)
+            .output()
+            .expect("replay runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (started.elapsed(), out.stdout)
+    };
+    let (table_took, _) = replay("table");
+    let (html_took, html) = replay("html");
+    eprintln!(
+        "replay of {CLIENTS} clients: table {table_took:?}, HTML report {html_took:?} ({:.2}× the table's), {} bytes",
+        html_took.as_secs_f64() / table_took.as_secs_f64(),
+        html.len()
+    );
+    let html = String::from_utf8(html).expect("UTF-8");
+    let start = html.find("type=\"application/json\">").expect("the data") + 24;
+    let end = start + html[start..].find("</script>").expect("its end");
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).expect("JSON");
+    let stories = data["clients"].as_object().expect("the stories");
+    assert_eq!(stories.len(), CLIENTS, "every client's story");
+    assert!(
+        stories["client-15999"]["interfaces"][0]["operations"][0]["attempts"]
+            .as_array()
+            .is_some_and(|a| a.len() == 2)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{binary_config, example, external, free_port, spawn_binary};
+use common::{binary_config, chromium, dom, example, external, free_port, spawn_binary};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -26,37 +26,6 @@ fn shots() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console");
     std::fs::create_dir_all(&dir).expect("target/console");
     dir
-}
-
-/// Headless Chromium on `url`, with a profile of its own in `dir`: the DOM once the page's
-/// script has run (its fetches answered within the virtual time budget).
-fn chromium(dir: &Path, args: &[&str], url: &str) -> std::process::Output {
-    let out = Command::new("chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
-            "--hide-scrollbars",
-            "--window-size=1400,1100",
-            "--virtual-time-budget=5000",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .args(args)
-        .arg(url)
-        .output()
-        .expect("chromium runs");
-    assert!(
-        out.status.success(),
-        "chromium: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn dom(dir: &Path, url: &str) -> String {
-    String::from_utf8(chromium(dir, &["--dump-dom"], url).stdout).expect("UTF-8")
 }
 
 fn screenshot(dir: &Path, url: &str, name: &str) {

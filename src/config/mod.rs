@@ -535,6 +535,10 @@ pub struct MetricsConfig {
     /// frees its names' places under the caps; 0 keeps series forever.
     #[serde(deserialize_with = "duration")]
     pub series_ttl: Duration,
+    /// The longest `client` or `interface` label value, in bytes: a longer one is cut and
+    /// given a hash suffix (`~` and 16 hex digits), the same short value wherever the name is
+    /// shown. At least 32.
+    pub max_label_bytes: usize,
 }
 
 impl Default for MetricsConfig {
@@ -544,6 +548,7 @@ impl Default for MetricsConfig {
             max_interfaces: 500,
             max_series: 10_000,
             series_ttl: Duration::from_secs(3600),
+            max_label_bytes: 128,
         }
     }
 }

@@ -69,6 +69,11 @@ fn bad_configurations_name_the_key() {
             ("admin: { endpoint: localhost }", "endpoint"),
             ("tracker: { max_keys: 0 }", "tracker.max_keys"),
             ("metrics: { max_clients: 0 }", "metrics.max_clients"),
+            ("metrics: { max_label_bytes: 31 }", "metrics.max_label_bytes"),
+            (
+                "metrics: { max_label_bytes: 32 }\ninterfaces: [{ name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa, protocol: http, url: 'http://x' }]",
+                "interfaces[0].name",
+            ),
             (
                 "interfaces: [{ name: a, protocol: mcp, url: 'not a url' }]",
                 "interfaces[0].url",

@@ -86,6 +86,12 @@ impl Config {
         if self.metrics.max_interfaces == 0 {
             return invalid("metrics.max_interfaces".into(), "must be at least 1");
         }
+        if self.metrics.max_label_bytes < crate::label::MIN_BYTES {
+            return invalid(
+                "metrics.max_label_bytes".into(),
+                &format!("must be at least {}", crate::label::MIN_BYTES),
+            );
+        }
         if self.alerting.resolve_after.is_zero() {
             return invalid("alerting.resolve_after".into(), "must be longer than 0");
         }
@@ -162,6 +168,12 @@ impl Config {
             let at = |field: &str| format!("interfaces[{i}].{field}");
             if interface.name.is_empty() {
                 return invalid(at("name"), "must not be empty");
+            }
+            if interface.name.len() > self.metrics.max_label_bytes {
+                return invalid(
+                    at("name"),
+                    "is longer than metrics.max_label_bytes: it is the `interface` label",
+                );
             }
             if !names.insert(interface.name.as_str()) {
                 return invalid(at("name"), "another interface has this name");

@@ -12,6 +12,7 @@ use crate::pipeline::Pipeline;
 use crate::tracker::{GroupHistory, Nanos, Recent, Violation};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// The page's HTML shell.
 pub const PAGE: &str = include_str!("page.html");
@@ -376,25 +377,51 @@ pub fn story(
 /// `GET /api/v1/clients/{client}`: the client's fleet rows and its story; `None` when the
 /// client is not known.
 pub fn client(pipeline: &Pipeline, client: &str, trace_url: Option<&str>) -> Option<Value> {
-    let fleet = pipeline.metrics().fleet();
-    let mine: Vec<_> = fleet.iter().filter(|p| &*p.client == client).collect();
+    stories(pipeline, |name| name == client, trace_url).remove(client)
+}
+
+/// The stories of every client `wanted` accepts, by name: one pass over the fleet's pairs and
+/// one over the tracker's groups, whatever the number of clients.
+fn stories(
+    pipeline: &Pipeline,
+    wanted: impl Fn(&str) -> bool,
+    trace_url: Option<&str>,
+) -> Map<String, Value> {
     let metrics = pipeline.metrics();
+    let mut figures: HashMap<Arc<str>, Vec<Value>> = HashMap::new();
+    for p in metrics.fleet().iter().filter(|p| wanted(&p.client)) {
+        figures
+            .entry(Arc::clone(&p.client))
+            .or_default()
+            .push(row(p));
+    }
+    let mut histories: HashMap<Arc<str>, Vec<GroupHistory>> = HashMap::new();
+    // Compared as they are: one group's names are not copied to be looked at.
+    let groups = pipeline
+        .tracker()
+        .histories(|labels| metrics.label_names(labels).is_some_and(|(c, _)| wanted(&c)));
+    for g in groups {
+        if let Some((client, _)) = metrics.label_names(g.labels) {
+            histories.entry(client).or_default().push(g);
+        }
+    }
     let name = |labels: u32| {
         metrics
             .label_names(labels)
             .map(|(c, i)| (c.to_string(), i.to_string()))
     };
-    // Compared as they are: one group's names are not copied to be looked at.
-    let histories = pipeline.tracker().histories(|labels| {
-        metrics
-            .label_names(labels)
-            .is_some_and(|(c, _)| &*c == client)
-    });
-    if mine.is_empty() && histories.is_empty() {
-        return None;
-    }
-    let figures = mine.iter().map(|p| row(p)).collect();
-    Some(story(client, &histories, name, figures, trace_url))
+    let mut clients: Vec<Arc<str>> = figures.keys().chain(histories.keys()).cloned().collect();
+    clients.sort_unstable();
+    clients.dedup();
+    clients
+        .into_iter()
+        .map(|client| {
+            let figures = figures.remove(&client).unwrap_or_default();
+            let groups = histories.remove(&client).unwrap_or_default();
+            let story = story(&client, &groups, name, figures, trace_url);
+            (client.to_string(), story)
+        })
+        .collect()
 }
 
 /// The data of a report on what `pipeline` holds at `now`: the whole fleet, the alerts
@@ -405,29 +432,41 @@ pub fn report_data(pipeline: &Pipeline, now: Nanos, spans: u64, files: &[String]
         ..FleetQuery::default()
     };
     let status = status(pipeline, &all, now, None);
-    let mut clients = Map::new();
-    for row in status["fleet"]["rows"]["rows"]
+    let named: std::collections::HashSet<&str> = status["fleet"]["rows"]["rows"]
         .as_array()
         .into_iter()
         .flatten()
-    {
-        let Some(name) = row["client"].as_str() else {
-            continue;
-        };
-        if !clients.contains_key(name) {
-            if let Some(story) = client(pipeline, name, None) {
-                clients.insert(name.to_owned(), story);
-            }
+        .filter_map(|row| row["client"].as_str())
+        .collect();
+    let clients = stories(pipeline, |client| named.contains(client), None);
+    json!({ "status": status, "clients": clients, "spans": spans, "files": files })
+}
+
+/// `data` as JSON to inline in a `<script>` element, so that no value can change how the
+/// page parses: `<`, `>` and `&` (which could end the element, or open a comment that the
+/// tokenizer's "script data escaped" states would swallow the page into) and U+2028 and
+/// U+2029 are written as `\u` escapes. They only ever stand inside JSON strings, where the
+/// escapes mean the same characters.
+pub fn script_json(data: &Value) -> String {
+    let json = data.to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
         }
     }
-    json!({ "status": status, "clients": clients, "spans": spans, "files": files })
+    out
 }
 
 /// The HTML page around `data` (a `status` and the stories of its clients) for a file: the
 /// style sheet and script inlined, the data in the page, nothing fetched.
 pub fn report_html(data: &Value) -> String {
-    // `</` would end the script element early: JSON allows escaping the slash.
-    let data = data.to_string().replace("</", "<\\/");
+    let data = script_json(data);
     PAGE.replace(
         "<link rel=\"stylesheet\" href=\"/console.css\">",
         &format!("<style>\n{CSS}</style>"),
@@ -478,7 +517,20 @@ mod tests {
         let html = report_html(&json!({ "x": "</script><b>" }));
         assert!(!html.contains("console.css"));
         assert!(!html.contains("console.js"));
-        assert!(html.contains("<\\/script><b>"));
+        assert!(html.contains("\\u003c/script\\u003e\\u003cb\\u003e"));
         assert_eq!(html.matches("</script>").count(), 2);
+    }
+
+    #[test]
+    fn inlined_data_has_no_character_that_could_change_how_the_page_parses() {
+        let value = "<!--<script>&amp;\u{2028}\u{2029}</script>-->";
+        let data = json!({ "client": value, "list": [value] });
+        let inlined = script_json(&data);
+        for c in ['<', '>', '&', '\u{2028}', '\u{2029}'] {
+            assert!(!inlined.contains(c), "{c:?} in {inlined}");
+        }
+        // The escapes mean the same characters.
+        let back: Value = serde_json::from_str(&inlined).expect("still JSON");
+        assert_eq!(back, data);
     }
 }

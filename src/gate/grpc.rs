@@ -159,7 +159,8 @@ impl RefusalGate for Gate {
             client: r.client,
             interface: r.interface,
             min_severity: r.min_severity,
-        };
+        }
+        .as_labels(self.pipeline.metrics().max_label_bytes());
         let stream =
             super::alerts_until(self.pipeline.alerter(), filter, self.stop.clone(), "grpc")
                 .ok_or_else(|| {

@@ -45,6 +45,10 @@ async fn decide(
 ) -> Response {
     let q = match body {
         Ok(Json(q)) => q,
+        // A body past the limit (axum's 2 MB) is too large, not malformed.
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, &e.body_text())
+        }
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.body_text()),
     };
     let id = m.ids.fetch_add(1, Ordering::Relaxed);
@@ -59,6 +63,7 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Response {
+    let filter = filter.as_labels(m.pipeline.metrics().max_label_bytes());
     let Some(alerts) = super::alerts_until(m.pipeline.alerter(), filter, m.stop.clone(), "sse")
     else {
         let mut refused = error(

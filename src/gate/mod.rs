@@ -304,7 +304,8 @@ pub fn assess(
     let base = Assessment {
         kind: crate::classify::classify(p.outcome, p.declared, peek.read_before).kind,
         rule: p.reason.to_string(),
-        interface: p.interface_name.to_owned(),
+        interface: crate::label::shorten(p.interface_name, pipeline.metrics().max_label_bytes())
+            .into_owned(),
         last: peek.last,
         attempt: peek
             .last
@@ -535,6 +536,20 @@ pub struct Filter {
 }
 
 impl Filter {
+    /// The filter with its client and interface named as their labels are (cut to
+    /// `max_label_bytes`), so that a client with a long name finds its own alerts.
+    pub fn as_labels(self, max_label_bytes: usize) -> Filter {
+        let cut = |name: String| match crate::label::shorten(&name, max_label_bytes) {
+            std::borrow::Cow::Borrowed(_) => name,
+            std::borrow::Cow::Owned(short) => short,
+        };
+        Filter {
+            client: cut(self.client),
+            interface: cut(self.interface),
+            min_severity: self.min_severity,
+        }
+    }
+
     /// Whether `alert` passes.
     pub fn admits(&self, alert: &Alert) -> bool {
         let min = match self.min_severity.to_ascii_lowercase().as_str() {

@@ -846,8 +846,9 @@ impl Pipeline {
                         (slot_of(i), counting.tags.as_deref_mut(), attempt.tagged)
                     {
                         let reason = p.reason.to_string();
+                        let max = self.metrics.max_label_bytes();
                         tags.write(slot, |buf| {
-                            place::write_place_tags(buf, &reason, p.interface_name);
+                            place::write_place_tags(buf, &reason, p.interface_name, max);
                             place::write_verdict_tags(buf, &judgement);
                         });
                     }

@@ -482,7 +482,8 @@ impl Pipeline {
             r.reason.clear();
             let _ = write!(r.reason, "{}", p.reason);
             let start = r.placed.len();
-            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name);
+            let max = self.metrics.max_label_bytes();
+            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
             (at, start..r.placed.len())
         });
         let obs = place::observation(&p, attempt, labels);

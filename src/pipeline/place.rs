@@ -9,8 +9,10 @@ use crate::classify;
 use crate::classify::Kind;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::{self, Attempt};
+use crate::label;
 use crate::otlp::tags::{self, Tag};
 use crate::tracker::{GroupId, Judgement, Observation, Violation};
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 /// Where one attempt stands.
@@ -41,7 +43,9 @@ pub struct ClientIds<'a> {
     pub client: extract::Client<'a>,
     /// The tracker's id of the client instance.
     pub id: u64,
-    /// The hash of its name, for the metric labels.
+    /// Its name as a label value: cut to `metrics.max_label_bytes`.
+    label: Cow<'a, str>,
+    /// The hash of its label value, for the metric labels.
     name: u64,
     /// (interface id, labels), filled in turn.
     labels: [(u64, u32); 16],
@@ -51,25 +55,40 @@ pub struct ClientIds<'a> {
 impl Pipeline {
     /// A resource's client with its ids.
     pub fn client_ids<'a>(&self, client: extract::Client<'a>) -> ClientIds<'a> {
+        let label = label::shorten(client.name, self.metrics.max_label_bytes());
         ClientIds {
             client,
             id: self.id(client),
-            name: self.id(client.name),
+            name: self.id(&*label),
+            label,
             labels: [(0, 0); 16],
             filled: 0,
         }
     }
 
     /// The metric labels handle of (client, interface), looked up once per request and
-    /// interface.
+    /// interface; `interface` is the hash of `interface_name`. Names longer than
+    /// `metrics.max_label_bytes` are cut ([`label::shorten`]) and keyed by what they are cut
+    /// to, as a state file's names are when they are read back.
     pub fn labels(&self, client: &mut ClientIds<'_>, interface: u64, interface_name: &str) -> u32 {
         let known = &client.labels[..client.filled.min(client.labels.len())];
         if let Some((_, labels)) = known.iter().find(|(i, _)| *i == interface) {
             return *labels;
         }
-        let labels =
-            self.metrics
-                .labels(client.name, client.client.name, interface, interface_name);
+        let short = label::shorten(interface_name, self.metrics.max_label_bytes());
+        let interface_label = match &short {
+            Cow::Borrowed(_) => interface,
+            Cow::Owned(cut) => {
+                self.metrics.label_truncated("interface");
+                self.id(cut.as_str())
+            }
+        };
+        if matches!(client.label, Cow::Owned(_)) {
+            self.metrics.label_truncated("client");
+        }
+        let labels = self
+            .metrics
+            .labels(client.name, &client.label, interface_label, &short);
         client.labels[client.filled % client.labels.len()] = (interface, labels);
         client.filled += 1;
         labels
@@ -163,10 +182,12 @@ fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
 }
 
 /// Appends the `refusal_gate.*` attributes of DESIGN §6 that do not depend on the verdict
-/// to `out`: the rule (`reason`, already written out) and the interface.
-pub fn write_place_tags(out: &mut Vec<u8>, reason: &str, interface: &str) {
+/// to `out`: the rule (`reason`, already written out) and the interface, named as its label
+/// is (cut to `max_label_bytes`).
+pub fn write_place_tags(out: &mut Vec<u8>, reason: &str, interface: &str, max_label_bytes: usize) {
     tags::push(out, "refusal_gate.reason", Tag::Str(reason));
-    tags::push(out, "refusal_gate.interface", Tag::Str(interface));
+    let interface = label::shorten(interface, max_label_bytes);
+    tags::push(out, "refusal_gate.interface", Tag::Str(&interface));
 }
 
 /// The class, kind and decision tags of each kind, encoded once: a verdict's tags are

@@ -262,12 +262,17 @@ interfaces:
 /// A request from `client` (`service.name`) of one GET on `http://o.test/x` answered 200,
 /// at `at` and `id` its span's id.
 fn get_from(client: &str, at: Nanos, id: u64) -> ResourceSpans {
+    get_on(client, "http://o.test/x", at, id)
+}
+
+/// A request from `client` of one GET on `url` answered 200, at `at` and `id` its span's id.
+fn get_on(client: &str, url: &str, at: Nanos, id: u64) -> ResourceSpans {
     use crate::otlp::fixtures::{i, s, span};
     let mut sp = span(
         "GET",
         vec![
             s("http.request.method", "GET"),
-            s("url.full", "http://o.test/x"),
+            s("url.full", url),
             i("http.response.status_code", 200),
         ],
     );
@@ -372,6 +377,61 @@ fn a_client_back_after_its_series_expired_is_counted_again() {
     // The client comes back: its attempts are counted under a new series.
     attempt(start + 200 * second);
     assert_eq!(counted(&pipeline), 1);
+}
+
+#[test]
+fn long_names_are_cut_alike_everywhere_they_are_shown_and_stay_distinct() {
+    let pipeline = Pipeline::from_config(&crate::config::Config::default());
+    let long = |last: char| format!("{}{last}", "c".repeat(100_000));
+    let (a, b) = (long('a'), long('b'));
+    // An origin of 160 bytes: within what an origin may be (192), past the label's 128.
+    let host = format!("{}.test", "h".repeat(150));
+    let url = format!("http://{host}/x");
+    let mut tags = SpanTags::default();
+    let body = ExportTraceServiceRequest {
+        resource_spans: vec![get_on(&a, &url, 1, 1), get_on(&b, &url, 1, 2)],
+    }
+    .encode_to_vec();
+    pipeline.ingest(Transport::Http, &body, 1, 1, Some(&mut tags));
+    pipeline.settle(true, 2);
+    let fleet = pipeline.metrics().fleet();
+    let mut clients: Vec<&str> = fleet.iter().map(|p| &*p.client).collect();
+    clients.sort_unstable();
+    let short = |v: &str| crate::label::shorten(v, 128).into_owned();
+    assert_eq!(clients, [short(&a), short(&b)]);
+    assert!(fleet
+        .iter()
+        .all(|p| *p.interface == short(&format!("http://{host}"))));
+    assert!(fleet
+        .iter()
+        .all(|p| p.client.len() <= 128 && p.interface.len() <= 128));
+    // The forwarded tag names the interface as the label does.
+    let forwarded = frame::retag(&body, &[], &tags).expect("re-framed");
+    let forwarded = ExportTraceServiceRequest::decode(&forwarded[..]).expect("valid");
+    let tagged = forwarded.resource_spans[0].scope_spans[0].spans[0]
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "refusal_gate.interface")
+        .and_then(|kv| kv.value.as_ref()?.value.clone());
+    assert_eq!(
+        tagged,
+        Some(any_value::Value::StringValue(
+            fleet[0].interface.to_string()
+        ))
+    );
+    let text = pipeline.metrics().render();
+    for (label, n) in [("client", 2), ("interface", 2)] {
+        let line = format!("refusal_gate_label_truncated_total{{label=\"{label}\"}} {n}");
+        assert!(text.contains(&line), "{line} not in {text}");
+    }
+    // A state file names the pairs by their short names: read back, a pair is the same one.
+    let state = crate::state::snapshot(&pipeline, 3);
+    let restored = Pipeline::from_config(&crate::config::Config::default());
+    crate::state::restore(&restored, state);
+    send(&restored, vec![get_on(&a, &url, 10, 3)], 10);
+    restored.settle(true, 11);
+    let pairs = restored.metrics().fleet();
+    assert_eq!(pairs.len(), 2, "{pairs:?}");
 }
 
 /// The server view's tests: a resource observed from the server's side, and its spans.

@@ -384,3 +384,35 @@ pub async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &st
     .await
     .expect("the exporting thread finishes")
 }
+
+/// Headless Chromium on `url`, with a profile of its own in `dir`: the DOM once the page's
+/// script has run (its fetches answered within the virtual time budget).
+pub fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Output {
+    let out = std::process::Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1400,1100",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The DOM of `url` once its script has run, in headless Chromium ([`chromium`]).
+pub fn dom(dir: &std::path::Path, url: &str) -> String {
+    String::from_utf8(chromium(dir, &["--dump-dom"], url).stdout).expect("UTF-8")
+}
