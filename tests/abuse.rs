@@ -528,11 +528,12 @@ async fn a_state_write_past_the_deadline_is_abandoned_and_the_previous_file_stay
     // A first run stops in its own time: its 500 keys are written.
     let first = run(tracker.clone(), 0..1).await;
     assert_eq!(first, 500.0);
-    // A second run adds 50,000 keys and has 100 ms to stop: writing them takes longer, so
-    // the write is abandoned where it stands, and the process does not wait for it (if it
-    // did, the write would end and its file replace the first).
+    // A second run adds 50,000 keys and has 1 ms to stop: writing them takes longer, even in
+    // a release build (with 100 ms, a release build's write finished in time), so the write
+    // is abandoned where it stands, and the process does not wait for it (if it did, the
+    // write would end and its file replace the first).
     let second = run(
-        format!("{tracker}service:\n  shutdown_timeout: 100ms\n"),
+        format!("{tracker}service:\n  shutdown_timeout: 1ms\n"),
         1..101,
     )
     .await;

@@ -9,7 +9,9 @@ pub mod delivery;
 
 use crate::tracker::{Event, Nanos, Violation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 pub use crate::config::Severity;
@@ -26,7 +28,7 @@ impl Severity {
 
 /// The identity of an alert: Alertmanager's deduplication key. The names are shared with
 /// the metric labels, so raising an alert that is already firing copies no string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AlertKey {
     /// One of the six alert names.
     pub alertname: &'static str,
@@ -147,13 +149,22 @@ pub enum Raised<'a> {
 }
 
 /// The active alerts and which of them changed since the last delivery.
+///
+/// Every operation is O(1) or O(log n) in the number of alerts, never a pass over them: an
+/// alert is forgotten through `expiry`, the times they may have resolved, earliest first —
+/// one entry an alert, written when it is stored and again when the entry comes due while
+/// the alert was extended past it (an extension itself writes nothing). Past `capacity`, a
+/// new alert forgets the ones due and is dropped when none was.
 #[derive(Debug)]
 pub struct ActiveAlerts {
     alerts: HashMap<AlertKey, Alert>,
     changed: HashSet<AlertKey>,
+    expiry: BinaryHeap<Reverse<(Nanos, AlertKey)>>,
     capacity: usize,
     resolve_after: Nanos,
     min_severity: Severity,
+    /// Entries of `expiry` taken out so far: what forgetting alerts has cost (for tests).
+    examined: u64,
 }
 
 impl ActiveAlerts {
@@ -162,9 +173,11 @@ impl ActiveAlerts {
         ActiveAlerts {
             alerts: HashMap::new(),
             changed: HashSet::new(),
+            expiry: BinaryHeap::new(),
             capacity: capacity.max(1),
             resolve_after,
             min_severity,
+            examined: 0,
         }
     }
 
@@ -195,20 +208,41 @@ impl ActiveAlerts {
         alert.starts_at = now;
         self.changed.insert(alert.key.clone());
         let stored = match self.alerts.entry(alert.key.clone()) {
+            // Resolved but not yet forgotten: its entry in `expiry` is still there.
             Entry::Occupied(mut resolved) => {
                 resolved.insert(alert);
                 resolved.into_mut()
             }
-            Entry::Vacant(slot) => slot.insert(alert),
+            Entry::Vacant(slot) => {
+                self.expiry.push(Reverse((alert.ends_at, alert.key.clone())));
+                slot.insert(alert)
+            }
         };
         Raised::New(stored)
     }
 
-    /// Forgets the alerts that have resolved by `now`.
+    /// Forgets the alerts that have resolved by `now`: takes the due entries of `expiry`, and
+    /// puts back those of alerts extended since.
     pub fn expire(&mut self, now: Nanos) {
-        self.alerts.retain(|_, a| a.ends_at > now);
-        let alerts = &self.alerts;
-        self.changed.retain(|k| alerts.contains_key(k));
+        while self
+            .expiry
+            .peek()
+            .is_some_and(|Reverse((due, _))| *due <= now)
+        {
+            let Some(Reverse((_, key))) = self.expiry.pop() else {
+                break;
+            };
+            self.examined += 1;
+            match self.alerts.get(&key) {
+                Some(alert) if alert.ends_at > now => {
+                    self.expiry.push(Reverse((alert.ends_at, key)));
+                }
+                _ => {
+                    self.alerts.remove(&key);
+                    self.changed.remove(&key);
+                }
+            }
+        }
     }
 
     /// The alerts that changed since the last call, for delivery.
@@ -342,6 +376,51 @@ mod tests {
         // Once the others resolve there is room again.
         assert!(matches!(
             set.raise(302 * S, alert(Violation::RetryAfterRefusal, "c")),
+            Raised::New(_)
+        ));
+    }
+
+    #[test]
+    fn past_capacity_a_new_alert_is_dropped_without_a_pass_over_the_others() {
+        let mut set = ActiveAlerts::new(10_000, 300 * S, Severity::Warning);
+        let mut dropped = 0;
+        for n in 0..30_000 {
+            if set.raise(S, alert(Violation::RetryAfterRefusal, &n.to_string())) == Raised::Dropped
+            {
+                dropped += 1;
+            }
+        }
+        assert_eq!((set.alerts.len(), dropped), (10_000, 20_000));
+        assert_eq!(set.examined, 0, "nothing due: no entry looked at");
+        // As time goes on, each alert's entry is looked at about once a resolve_after.
+        let mut raises = 0;
+        for n in 0..30_000u64 {
+            set.raise(S + n * S / 10, alert(Violation::RetryAfterRefusal, &format!("t{n}")));
+            raises += 1;
+        }
+        assert!(set.examined <= 2 * raises, "{} entries for {raises} raises", set.examined);
+        assert!(set.expiry.len() <= set.alerts.len());
+    }
+
+    #[test]
+    fn an_extended_alert_outlives_its_first_end_and_a_resolved_one_is_forgotten() {
+        let mut set = ActiveAlerts::new(1, 300 * S, Severity::Warning);
+        set.raise(0, alert(Violation::RetryAfterRefusal, "a"));
+        set.raise(200 * S, alert(Violation::RetryAfterRefusal, "a"));
+        // Past its first end (300 s), within its second (500 s): still firing, no room.
+        assert_eq!(
+            set.raise(400 * S, alert(Violation::RetryAfterRefusal, "b")),
+            Raised::Dropped
+        );
+        assert_eq!(set.firing(400 * S).len(), 1);
+        assert_eq!(set.expiry.len(), 1, "one entry an alert");
+        // Past its second: forgotten, and its change with it.
+        set.take_changed();
+        set.raise(450 * S, alert(Violation::RetryAfterRefusal, "a"));
+        set.expire(750 * S);
+        assert!(set.alerts.is_empty() && set.changed.is_empty() && set.expiry.is_empty());
+        assert!(matches!(
+            set.raise(750 * S, alert(Violation::RetryAfterRefusal, "b")),
             Raised::New(_)
         ));
     }
