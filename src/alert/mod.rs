@@ -214,7 +214,8 @@ impl ActiveAlerts {
                 resolved.into_mut()
             }
             Entry::Vacant(slot) => {
-                self.expiry.push(Reverse((alert.ends_at, alert.key.clone())));
+                self.expiry
+                    .push(Reverse((alert.ends_at, alert.key.clone())));
                 slot.insert(alert)
             }
         };
@@ -395,10 +396,17 @@ mod tests {
         // As time goes on, each alert's entry is looked at about once a resolve_after.
         let mut raises = 0;
         for n in 0..30_000u64 {
-            set.raise(S + n * S / 10, alert(Violation::RetryAfterRefusal, &format!("t{n}")));
+            set.raise(
+                S + n * S / 10,
+                alert(Violation::RetryAfterRefusal, &format!("t{n}")),
+            );
             raises += 1;
         }
-        assert!(set.examined <= 2 * raises, "{} entries for {raises} raises", set.examined);
+        assert!(
+            set.examined <= 2 * raises,
+            "{} entries for {raises} raises",
+            set.examined
+        );
         assert!(set.expiry.len() <= set.alerts.len());
     }
 

@@ -738,6 +738,153 @@ fn past_max_keys_the_least_recently_used_go() {
     assert_eq!(c.evicted, 1);
 }
 
+// --- bookkeeping: how many keys each shard holds ----------------------------------------
+
+/// One shard of `max_keys`, and a key of client `n` observed at `T0 + n` ms.
+fn one_shard(max_keys: usize) -> Tracker {
+    Tracker::with_shards(
+        &TrackerConfig {
+            max_keys,
+            ..config()
+        },
+        1,
+    )
+}
+
+fn key(tracker: &Tracker, n: u64, events: &mut Vec<Event>) {
+    let a = at(1, n).client(n).0;
+    tracker.observe(T0 + n * MS, &a, &"op", events);
+}
+
+fn capacity_evictions(events: &[Event]) -> Vec<usize> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Evicted {
+                reason: Eviction::Capacity,
+                keys,
+            } => Some(*keys),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn shards_split_max_keys_exactly() {
+    for (max_keys, shards) in [
+        (10, 4),
+        (16, 16),
+        (17, 16),
+        (3, 16),
+        (1_000, 16),
+        (100_001, 16),
+    ] {
+        let tracker = Tracker::with_shards(
+            &TrackerConfig {
+                max_keys,
+                ..config()
+            },
+            shards,
+        );
+        let caps: Vec<usize> = tracker
+            .shards
+            .iter()
+            .map(|s| s.lock().expect("unpoisoned").cap)
+            .collect();
+        assert_eq!(
+            caps.len(),
+            max_keys.min(shards),
+            "{max_keys} keys, {shards} shards"
+        );
+        assert_eq!(caps.iter().sum::<usize>(), max_keys, "{caps:?}");
+        let (least, most) = (caps.iter().min(), caps.iter().max());
+        assert!(most.zip(least).is_some_and(|(m, l)| m - l <= 1), "{caps:?}");
+        // The shards with one more come first.
+        assert!(caps.windows(2).all(|w| w[0] >= w[1]), "{caps:?}");
+    }
+}
+
+#[test]
+fn a_full_shard_evicts_a_64th_of_its_share_oldest_first() {
+    let tracker = one_shard(128);
+    let mut events = Vec::new();
+    for n in 0..128 {
+        key(&tracker, n, &mut events);
+    }
+    assert!(capacity_evictions(&events).is_empty());
+    key(&tracker, 128, &mut events);
+    assert_eq!(capacity_evictions(&events), [2], "128 / 64 keys at once");
+    assert_eq!(tracker.keys(), 127);
+    let held = |n: u64| {
+        tracker
+            .peek(&at(1, n).client(n).0.group, 1, T0 + 200 * MS)
+            .last
+            .is_some()
+    };
+    assert!(
+        !held(0) && !held(1) && held(2) && held(128),
+        "the two oldest went"
+    );
+    // One more fills the shard again; the next evicts again, and no sooner.
+    key(&tracker, 129, &mut events);
+    assert_eq!(capacity_evictions(&events).len(), 1);
+    key(&tracker, 130, &mut events);
+    assert_eq!(capacity_evictions(&events), [2, 2]);
+    assert_eq!(tracker.keys(), 127);
+    // A shard smaller than 64 still evicts one key at a time.
+    let small = one_shard(3);
+    let mut events = Vec::new();
+    for n in 0..5 {
+        key(&small, n, &mut events);
+    }
+    assert_eq!(capacity_evictions(&events), [1, 1]);
+    assert_eq!(small.keys(), 3);
+}
+
+#[test]
+fn keys_swept_for_their_ttl_give_their_place_back() {
+    let tracker = one_shard(16);
+    let mut events = Vec::new();
+    for n in 0..16 {
+        key(&tracker, n, &mut events);
+    }
+    tracker.sweep(T0 + 3_601 * 1000 * MS, &mut events);
+    assert_eq!(tracker.keys(), 0);
+    // A long-running server's shard is empty again: 16 new keys evict nothing live.
+    for n in 100..116 {
+        let a = at(1, n).client(n).0;
+        tracker.observe(T0 + 3_602 * 1000 * MS, &a, &"op", &mut events);
+    }
+    assert!(capacity_evictions(&events).is_empty(), "{events:?}");
+    assert_eq!(tracker.keys(), 16);
+}
+
+#[test]
+fn imported_keys_are_counted_in_their_shard_and_within_its_room() {
+    let source = one_shard(64);
+    let mut events = Vec::new();
+    for n in 0..10 {
+        key(&source, n, &mut events);
+    }
+    source.finish(&mut events);
+    let state = source.export();
+    // Read back into a tracker of 12: the 10 keys, then room for 2 more without eviction.
+    let restored = one_shard(12);
+    assert_eq!(restored.import(state.clone(), |l| l), 10);
+    assert_eq!(restored.keys(), 10);
+    let mut events = Vec::new();
+    for n in 100..102 {
+        key(&restored, n, &mut events);
+    }
+    assert!(capacity_evictions(&events).is_empty());
+    key(&restored, 102, &mut events);
+    assert_eq!(capacity_evictions(&events).len(), 1, "full at 12");
+    // Into a tracker of 4: only what fits is taken.
+    let small = one_shard(4);
+    assert_eq!(small.import(state, |l| l), 4);
+    assert_eq!(small.keys(), 4);
+}
+
 // --- properties -------------------------------------------------------------------------
 
 fn outcome() -> impl Strategy<Value = Outcome> {
