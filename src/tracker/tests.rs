@@ -848,6 +848,9 @@ fn keys_swept_for_their_ttl_give_their_place_back() {
     for n in 0..16 {
         key(&tracker, n, &mut events);
     }
+    // A sweep that expires nothing says nothing.
+    tracker.sweep(T0 + 60 * 1000 * MS, &mut events);
+    assert!(!events.iter().any(|e| matches!(e, Event::Evicted { .. })));
     tracker.sweep(T0 + 3_601 * 1000 * MS, &mut events);
     assert_eq!(tracker.keys(), 0);
     // A long-running server's shard is empty again: 16 new keys evict nothing live.
@@ -871,6 +874,9 @@ fn imported_keys_are_counted_in_their_shard_and_within_its_room() {
     // Read back into a tracker of 12: the 10 keys, then room for 2 more without eviction.
     let restored = one_shard(12);
     assert_eq!(restored.import(state.clone(), |l| l), 10);
+    assert_eq!(restored.keys(), 10);
+    // A group already held is not taken again (nor counted twice).
+    assert_eq!(restored.import(state.clone(), |l| l), 0);
     assert_eq!(restored.keys(), 10);
     let mut events = Vec::new();
     for n in 100..102 {
