@@ -19,6 +19,9 @@
 # an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
 # two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
 #
+# CONFIG='yaml lines': added to the server's configuration, e.g. raised label caps:
+# CONFIG='metrics: { max_clients: 100000, max_series: 200000 }' benches/e2e.sh 15 --clients 10000
+#
 # Every run gets a fresh server: the load generator's span times start over each run, and a
 # server that had seen the previous run would take them all as late arrivals.
 set -euo pipefail
@@ -33,7 +36,7 @@ forward=${FORWARD:-}
 compression=${COMPRESSION:-gzip}
 baseline=${BASELINE:-}
 rounds=${ROUNDS:-3}
-config=""
+config=${CONFIG:-}
 if [[ -n $forward ]]; then
   cargo build --release --quiet --example sink
   sink_http=$(free_port)
@@ -42,9 +45,11 @@ if [[ -n $forward ]]; then
   sink_pid=$!
   trap 'kill "${pid:-0}" "$sink_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
   case $forward in
-    grpc) config="exporters:
+    grpc) config+="
+exporters:
   otlp: { endpoint: 'http://127.0.0.1:$sink_grpc', protocol: grpc, compression: $compression }" ;;
-    http) config="exporters:
+    http) config+="
+exporters:
   otlp: { endpoint: 'http://127.0.0.1:$sink_http', protocol: http/protobuf, compression: $compression }" ;;
     *) echo "FORWARD is grpc or http" >&2; exit 2 ;;
   esac

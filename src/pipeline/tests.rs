@@ -424,14 +424,6 @@ fn long_names_are_cut_alike_everywhere_they_are_shown_and_stay_distinct() {
         let line = format!("refusal_gate_label_truncated_total{{label=\"{label}\"}} {n}");
         assert!(text.contains(&line), "{line} not in {text}");
     }
-    // A state file names the pairs by their short names: read back, a pair is the same one.
-    let state = crate::state::snapshot(&pipeline, 3);
-    let restored = Pipeline::from_config(&crate::config::Config::default());
-    crate::state::restore(&restored, state);
-    send(&restored, vec![get_on(&a, &url, 10, 3)], 10);
-    restored.settle(true, 11);
-    let pairs = restored.metrics().fleet();
-    assert_eq!(pairs.len(), 2, "{pairs:?}");
 }
 
 /// The server view's tests: a resource observed from the server's side, and its spans.
