@@ -247,52 +247,20 @@ mod tests {
         }
     }
 
-    /// An OTLP/HTTP request of one GET from `client` to `url`, at `at`.
-    fn get(client: &str, url: &str, at: u64) -> Vec<u8> {
-        use crate::otlp::fixtures::{i, s, span};
-        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-        use opentelemetry_proto::tonic::resource::v1::Resource;
-        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
-        use prost::Message;
-        let mut sp = span(
-            "GET",
-            vec![
-                s("http.request.method", "GET"),
-                s("url.full", url),
-                i("http.response.status_code", 200),
-            ],
-        );
-        (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
-        sp.span_id = at.to_be_bytes().to_vec();
-        ExportTraceServiceRequest {
-            resource_spans: vec![ResourceSpans {
-                resource: Some(Resource {
-                    attributes: vec![s("service.name", client)],
-                    ..Default::default()
-                }),
-                scope_spans: vec![ScopeSpans {
-                    spans: vec![sp],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-        }
-        .encode_to_vec()
-    }
-
     #[test]
     fn names_cut_to_their_label_are_the_same_pairs_when_read_back() {
         use crate::pipeline::Encoding;
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use prost::Message;
         let config = crate::config::Config::default();
         let send = |p: &Pipeline, client: &str, at: u64| {
             let url = format!("http://{}.test/x", "h".repeat(150));
-            p.handle(
-                crate::otlp::Transport::Http,
-                &get(client, &url, at),
-                Encoding::Protobuf,
-                at,
-            )
-            .expect("accepted");
+            let body = ExportTraceServiceRequest {
+                resource_spans: vec![crate::otlp::fixtures::get_on(client, &url, at, at)],
+            }
+            .encode_to_vec();
+            p.handle(crate::otlp::Transport::Http, &body, Encoding::Protobuf, at)
+                .expect("accepted");
             p.settle(true, at + 1);
         };
         let long = |last: char| format!("{}{last}", "c".repeat(100_000));

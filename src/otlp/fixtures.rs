@@ -68,3 +68,36 @@ pub fn d(key: &str, value: f64) -> KeyValue {
         }),
     }
 }
+
+/// A resource of `client` (`service.name`) with one GET on `url` answered 200, at `at` (its
+/// span lasting 1 ns) and `id` its span's id.
+pub fn get_on(
+    client: &str,
+    url: &str,
+    at: u64,
+    id: u64,
+) -> opentelemetry_proto::tonic::trace::v1::ResourceSpans {
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    let mut sp = span(
+        "GET",
+        vec![
+            s("http.request.method", "GET"),
+            s("url.full", url),
+            i("http.response.status_code", 200),
+        ],
+    );
+    sp.span_id = id.to_be_bytes().to_vec();
+    (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes: vec![s("service.name", client)],
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans: vec![sp],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}

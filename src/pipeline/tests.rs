@@ -265,31 +265,7 @@ fn get_from(client: &str, at: Nanos, id: u64) -> ResourceSpans {
     get_on(client, "http://o.test/x", at, id)
 }
 
-/// A request from `client` of one GET on `url` answered 200, at `at` and `id` its span's id.
-fn get_on(client: &str, url: &str, at: Nanos, id: u64) -> ResourceSpans {
-    use crate::otlp::fixtures::{i, s, span};
-    let mut sp = span(
-        "GET",
-        vec![
-            s("http.request.method", "GET"),
-            s("url.full", url),
-            i("http.response.status_code", 200),
-        ],
-    );
-    sp.span_id = id.to_be_bytes().to_vec();
-    (sp.start_time_unix_nano, sp.end_time_unix_nano) = (at, at + 1);
-    ResourceSpans {
-        resource: Some(Resource {
-            attributes: vec![s("service.name", client)],
-            ..Default::default()
-        }),
-        scope_spans: vec![ScopeSpans {
-            spans: vec![sp],
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
+use crate::otlp::fixtures::get_on;
 
 /// Sends `resource_spans` in one OTLP/HTTP request at `at`.
 fn send(pipeline: &Pipeline, resource_spans: Vec<ResourceSpans>, at: Nanos) {
