@@ -583,6 +583,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_client_watching_by_its_whole_long_name_finds_its_alerts() {
+        use crate::alert::{Alert, AlertKey};
+        use crate::tracker::Violation;
+        let name = "w".repeat(1000);
+        let short = crate::label::shorten(&name, 128);
+        let alert = Alert {
+            key: AlertKey {
+                alertname: Violation::RetryAfterRefusal.alert_name(),
+                client: short.as_ref().into(),
+                interface: "i".into(),
+            },
+            severity: Severity::Critical,
+            violation: Violation::RetryAfterRefusal,
+            operation: "POST /x".into(),
+            trace_id: [0; 16],
+            span_id: [0; 8],
+            starts_at: 0,
+            ends_at: 0,
+        };
+        let filter = Filter {
+            client: name,
+            interface: "i".into(),
+            min_severity: String::new(),
+        };
+        assert!(
+            !filter.clone().admits(&alert),
+            "the whole name is not the label"
+        );
+        assert!(filter.as_labels(128).admits(&alert));
+    }
+
     fn response(attempt: u32) -> LastResponse {
         LastResponse {
             attempt,
