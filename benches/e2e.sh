@@ -19,6 +19,7 @@
 # an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
 # two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
 #
+# TRANSPORTS='grpc' (default 'grpc http'): the transports measured, in that order.
 # CONFIG='yaml lines': added to the server's configuration, e.g. raised label caps:
 # CONFIG='metrics: { max_clients: 100000, max_series: 200000 }' benches/e2e.sh 15 --clients 10000
 #
@@ -97,7 +98,7 @@ else
   rounds=1
 fi
 printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' transport binary spans/s cpu-s/Mspans Mspans/cpu-s keys peak-RSS p50@half p99@half
-for transport in grpc http; do
+for transport in ${TRANSPORTS:-grpc http}; do
   declare -A rates=() cpus=() last_rss=() last_keys=() pair=()
   ratios=""
   for round in $(seq "$rounds"); do

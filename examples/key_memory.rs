@@ -2,7 +2,10 @@
 //! a full settled history (the steady state of a key that keeps being retried) and a
 //! realistic operation name (`POST /api/v2/orders/42`, kept for alerts).
 //!
-//!     cargo run --release --example key_memory [KEYS] [ATTEMPTS_PER_KEY] [long]
+//!     cargo run --release --example key_memory [KEYS] [ATTEMPTS_PER_KEY] [long|short] [OPS]
+//!
+//! OPS is the operations per (client, interface) group, 100 by default; the load
+//! generator's fleet has about 5 (45 keys of a client over 10 interfaces).
 //!
 //! Prints bytes per key. Linux only (reads /proc/self/statm).
 
@@ -31,6 +34,7 @@ fn main() {
     let per_key: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(5);
     // Pass `long` to name every operation with the longest name a key keeps (64 bytes).
     let long = args.next().is_some_and(|a| a == "long");
+    let ops: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
     let config = TrackerConfig {
         max_keys: keys as usize,
         ..TrackerConfig::default()
@@ -39,16 +43,15 @@ fn main() {
     let mut events = Vec::new();
     let before = rss_bytes();
     let t0 = 1_700_000_000_000_000_000u64;
-    // 100 operations per (client, interface): a realistic fan-out.
     for k in 0..keys {
         for a in 0..per_key {
             let start = t0 + a * 1_000_000_000;
             let obs = Observation {
                 group: GroupId {
-                    client: k / 100,
+                    client: k / ops,
                     interface: 1,
                 },
-                operation: k % 100,
+                operation: k % ops,
                 labels: 0,
                 start,
                 end: start + 20_000_000,
@@ -63,7 +66,7 @@ fn main() {
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };
-            let operation = format!("POST /api/v2/orders/{}", k % 100);
+            let operation = format!("POST /api/v2/orders/{}", k % ops);
             let operation = if long {
                 format!("{operation:/<64}")
             } else {

@@ -26,7 +26,7 @@ use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
 use crate::otlp::tags::SpanTags;
 use crate::otlp::{frame, json, wire};
-use crate::tracker::{Event, Judgement, Nanos, Observation, Tracker};
+use crate::tracker::{EachShard, Event, Judgement, Nanos, Observation, Tracker};
 use assemble::{Joins, Node, Root};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use std::hash::{BuildHasher, Hash};
@@ -578,8 +578,9 @@ impl Pipeline {
         // Held server spans wait out their window even then: a scrape must not take a span
         // whose parent is on its way for one of its own.
         self.release_held(now, false, &mut events);
-        self.tracker.settle(now, force, &mut events);
         self.record(&events, now);
+        let mut record = EachShard(|events: &[Event]| self.record(events, now));
+        self.tracker.settle(now, force, &mut record);
     }
 
     /// Ends a replay at `now` (its last span time): settles every verdict and judges every
@@ -588,8 +589,9 @@ impl Pipeline {
         let settling = self.settling();
         let mut events = Vec::new();
         self.release_held(now, true, &mut events);
-        self.tracker.finish(&mut events);
         self.record(&events, now);
+        self.tracker
+            .finish(&mut EachShard(|events: &[Event]| self.record(events, now)));
         drop(settling);
         self.metrics.set_tracker_keys(self.tracker.keys());
     }
@@ -599,8 +601,11 @@ impl Pipeline {
         let settling = self.settling();
         let mut events = Vec::new();
         self.release_held(now, false, &mut events);
-        self.tracker.sweep(now, &mut events);
         self.record(&events, now);
+        self.tracker.sweep(
+            now,
+            &mut EachShard(|events: &[Event]| self.record(events, now)),
+        );
         drop(settling);
         self.metrics.set_tracker_keys(self.tracker.keys());
         self.metrics.sweep(now / crate::clock::SECOND);

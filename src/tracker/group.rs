@@ -210,16 +210,12 @@ pub(super) struct Key {
 
 impl Key {
     /// An empty key, its history allocated once for `depth` settled attempts and the one
-    /// that is arriving. The operation's name is kept (cut to [`OPERATION_MAX`] bytes) for
-    /// the alerts of its violations.
-    pub(super) fn new(p: &Params, operation: &str) -> Key {
-        let mut cut = operation.len().min(OPERATION_MAX);
-        while !operation.is_char_boundary(cut) {
-            cut -= 1;
-        }
+    /// that is arriving. `operation` is the operation's name for the alerts of its
+    /// violations, as the shard keeps it (see `Names`).
+    pub(super) fn new(p: &Params, operation: Arc<str>) -> Key {
         Key {
             last_seen: 0,
-            operation: Arc::from(&operation[..cut]),
+            operation,
             settled_prefix: 0,
             held_most: 0,
             unjudged: false,
@@ -300,8 +296,15 @@ impl Group {
     }
 
     /// A group from the state file, with at most `room` keys (the most recently seen),
-    /// every verdict settled and each history within bounds.
-    pub(super) fn import(state: GroupState, labels: u32, p: &Params, room: usize) -> Group {
+    /// every verdict settled and each history within bounds; `name` gives the shard's copy
+    /// of an operation's name.
+    pub(super) fn import(
+        state: GroupState,
+        labels: u32,
+        p: &Params,
+        room: usize,
+        mut name: impl FnMut(&str) -> Arc<str>,
+    ) -> Group {
         let mut group = Group::new(labels);
         group.lists = state.lists;
         // Sorted ascending: the latest are kept.
@@ -311,7 +314,7 @@ impl Group {
         let mut keys = state.keys;
         keys.sort_by_key(|k| std::cmp::Reverse(k.last_seen));
         for k in keys.into_iter().take(room) {
-            let mut key = Key::new(p, &k.operation);
+            let mut key = Key::new(p, name(&k.operation));
             key.last_seen = k.last_seen;
             let mut history = k.history;
             history.sort_by_key(Entry::order);
@@ -955,7 +958,9 @@ mod tests {
     /// A group with one key, operation 1.
     fn one_key(p: &Params) -> Group {
         let mut group = Group::new(0);
-        group.keys.insert(1, Key::new(p, "op"));
+        group
+            .keys
+            .insert(1, Key::new(p, std::sync::Arc::from("op")));
         group
     }
 

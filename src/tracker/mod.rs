@@ -12,6 +12,7 @@
 //! least-recently-used within a shard, in batches of 1/64 of the shard's share.
 
 mod group;
+mod names;
 
 pub use group::GroupState;
 
@@ -294,6 +295,7 @@ impl Params {
 #[derive(Default)]
 struct Shard {
     groups: HashMap<GroupId, Group>,
+    names: names::Names,
     keys: usize,
     cap: usize,
 }
@@ -305,6 +307,29 @@ impl Shard {
         self.groups
             .get(&obs.group)
             .map_or(0, |g| g.touch(obs.operation))
+    }
+}
+
+/// Where a pass over the tracker ([`Tracker::settle`], [`Tracker::sweep`],
+/// [`Tracker::finish`]) puts its events: one shard's at a time.
+pub trait Events {
+    /// Takes the events of one shard (leaving `events` empty or not: it is cleared).
+    fn take(&mut self, events: &mut Vec<Event>);
+}
+
+/// Collects every event.
+impl Events for Vec<Event> {
+    fn take(&mut self, events: &mut Vec<Event>) {
+        self.append(events);
+    }
+}
+
+/// Hands each shard's events to a function as they come: what the pipeline records.
+pub struct EachShard<F: FnMut(&[Event])>(pub F);
+
+impl<F: FnMut(&[Event])> Events for EachShard<F> {
+    fn take(&mut self, events: &mut Vec<Event>) {
+        (self.0)(events);
     }
 }
 
@@ -433,13 +458,12 @@ impl Tracker {
             let evicted = evict_lru(shard, now, p, out);
             self.keys.fetch_sub(evicted, Ordering::Relaxed);
         }
+        let name = shard.names.intern(&operation.to_string());
         let group = shard
             .groups
             .entry(obs.group)
             .or_insert_with(|| Group::new(obs.labels));
-        group
-            .keys
-            .insert(obs.operation, group::Key::new(p, &operation.to_string()));
+        group.keys.insert(obs.operation, group::Key::new(p, name));
         shard.keys += 1;
         self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
@@ -461,6 +485,7 @@ impl Tracker {
                 shard.groups.remove(&obs.group);
             }
             shard.keys -= 1;
+            shard.names.removed(1);
             self.keys.fetch_sub(1, Ordering::Relaxed);
         }
         retraction
@@ -494,9 +519,14 @@ impl Tracker {
             let mut shard = self.shard(&id);
             let room = shard.cap.saturating_sub(shard.keys);
             let labels = relabel(state.labels);
-            let group = Group::import(state, labels, &self.params, room);
+            if shard.groups.contains_key(&id) {
+                continue;
+            }
+            let shard = &mut *shard;
+            let names = &mut shard.names;
+            let group = Group::import(state, labels, &self.params, room, |n| names.intern(n));
             let keys = group.keys.len();
-            if keys == 0 || shard.groups.contains_key(&id) {
+            if keys == 0 {
                 continue;
             }
             shard.groups.insert(id, group);
@@ -546,56 +576,69 @@ impl Tracker {
 
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else
     /// those of groups whose first pending attempt arrived `reorder_window` ago.
-    pub fn settle(&self, now: Nanos, force: bool, out: &mut Vec<Event>) {
-        for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+    pub fn settle(&self, now: Nanos, force: bool, out: &mut impl Events) {
+        self.each_shard(out, |shard, batch| {
             for group in shard.groups.values_mut() {
                 if force || group.due(now, &self.params) {
-                    group.settle(now, &self.params, out);
+                    group.settle(now, &self.params, batch);
                 }
             }
-        }
+        });
     }
 
     /// The periodic sweep: settles what is due, counts honored refusals, expires keys idle
     /// for `key_ttl`.
-    pub fn sweep(&self, now: Nanos, out: &mut Vec<Event>) {
+    pub fn sweep(&self, now: Nanos, out: &mut impl Events) {
         let p = &self.params;
         let mut expired = 0;
-        for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+        self.each_shard(out, |shard, batch| {
             let mut removed = 0;
             shard.groups.retain(|_, group| {
                 if group.due(now, p) {
-                    group.settle(now, p, out);
+                    group.settle(now, p, batch);
                 }
-                group.judge_refusals(now, p, out);
-                removed += group.remove_keys(now, p, out, |_, key| {
+                group.judge_refusals(now, p, batch);
+                removed += group.remove_keys(now, p, batch, |_, key| {
                     now >= key.last_seen.saturating_add(p.key_ttl)
                 });
                 !group.keys.is_empty()
             });
             shard.keys -= removed;
+            shard.names.removed(removed);
             expired += removed;
-        }
+        });
         if expired > 0 {
             self.keys.fetch_sub(expired, Ordering::Relaxed);
-            out.push(Event::Evicted {
+            out.take(&mut vec![Event::Evicted {
                 reason: Eviction::Ttl,
                 keys: expired,
-            });
+            }]);
         }
     }
 
     /// Ends a replay: settles everything and judges every refusal as if the clock had
     /// run past all their windows.
-    pub fn finish(&self, out: &mut Vec<Event>) {
-        for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+    pub fn finish(&self, out: &mut impl Events) {
+        self.each_shard(out, |shard, batch| {
             for group in shard.groups.values_mut() {
-                group.settle(Nanos::MAX, &self.params, out);
-                group.judge_refusals(Nanos::MAX, &self.params, out);
+                group.settle(Nanos::MAX, &self.params, batch);
+                group.judge_refusals(Nanos::MAX, &self.params, batch);
             }
+        });
+    }
+
+    /// Runs `f` on each shard in turn, under its lock, and gives `out` the events of each
+    /// shard once its lock is released: what a pass over a million keys reports is never
+    /// all held at once, and recording it holds up no ingest.
+    fn each_shard(&self, out: &mut impl Events, mut f: impl FnMut(&mut Shard, &mut Vec<Event>)) {
+        let mut batch = Vec::new();
+        for shard in &self.shards {
+            f(
+                &mut shard.lock().unwrap_or_else(PoisonError::into_inner),
+                &mut batch,
+            );
+            out.take(&mut batch);
+            batch.clear();
         }
     }
 
@@ -638,6 +681,7 @@ fn evict_lru(shard: &mut Shard, now: Nanos, p: &Params, out: &mut Vec<Event>) ->
         }
     }
     shard.keys -= evicted;
+    shard.names.removed(evicted);
     out.push(Event::Evicted {
         reason: Eviction::Capacity,
         keys: evicted,

@@ -891,6 +891,63 @@ fn imported_keys_are_counted_in_their_shard_and_within_its_room() {
     assert_eq!(small.keys(), 4);
 }
 
+#[test]
+fn a_pass_over_the_tracker_hands_over_each_shards_events_apart() {
+    let tracker = Tracker::with_shards(&config(), 4);
+    let mut events = Vec::new();
+    // Eight clients, two to a shard, each with a pending attempt.
+    for n in 0..8 {
+        key(&tracker, n, &mut events);
+    }
+    let mut batches = Vec::new();
+    tracker.settle(
+        T0,
+        true,
+        &mut EachShard(|e: &[Event]| batches.push(e.len())),
+    );
+    assert_eq!(batches, [2, 2, 2, 2], "one batch a shard, none held back");
+    let mut all = Vec::new();
+    for n in 8..16 {
+        key(&tracker, n, &mut all);
+    }
+    tracker.finish(&mut all);
+    assert_eq!(
+        all.iter()
+            .filter(|e| matches!(e, Event::Counted { .. }))
+            .count(),
+        8,
+        "a Vec collects them all"
+    );
+}
+
+#[test]
+fn keys_of_one_operation_share_its_name_and_a_removed_keys_name_goes() {
+    let tracker = one_shard(1000);
+    let mut events = Vec::new();
+    for n in 0..100 {
+        key(&tracker, n, &mut events);
+    }
+    let names = |t: &Tracker| t.shards[0].lock().expect("unpoisoned").names.len();
+    assert_eq!(names(&tracker), 1, "100 keys of operation \"op\"");
+    for n in 0..100 {
+        let a = at(1, n).client(n).0;
+        tracker.observe(T0 + n * MS, &a, &format!("op {n}"), &mut events);
+    }
+    assert_eq!(
+        names(&tracker),
+        1,
+        "a key keeps the name it was opened with"
+    );
+    for n in 1000..1100 {
+        let a = at(1, n).client(n).0;
+        tracker.observe(T0 + n * MS, &a, &format!("op {n}"), &mut events);
+    }
+    assert_eq!(names(&tracker), 101);
+    tracker.sweep(T0 + 3_700 * 1000 * MS, &mut events);
+    assert_eq!(tracker.keys(), 0);
+    assert_eq!(names(&tracker), 0, "every key gone, every name with it");
+}
+
 // --- properties -------------------------------------------------------------------------
 
 fn outcome() -> impl Strategy<Value = Outcome> {
