@@ -251,6 +251,12 @@ pub(super) struct Group {
     pending: u32,
     first_pending_at: Nanos,
     latest_pending_start: Nanos,
+    /// No key was last seen before this (a lower bound, lowered as keys come and raised by
+    /// each look for idle ones): the sweep reads the keys only once it is `key_ttl` old.
+    oldest_seen: Nanos,
+    /// Some key may hold a settled refusal not yet judged ([`Key::unjudged`]): the sweep
+    /// reads the keys only then.
+    unjudged: bool,
 }
 
 /// One group as the state file holds it (see [`super::Tracker::export`]).
@@ -326,7 +332,8 @@ impl Group {
             key.settled_prefix = key.history.len() as u32;
             key.tail = Tail::of(&key.history);
             key.unjudged = true;
-            group.keys.insert(k.operation_hash, key);
+            group.unjudged = true;
+            group.insert(k.operation_hash, key);
         }
         group
     }
@@ -339,7 +346,22 @@ impl Group {
             pending: 0,
             first_pending_at: 0,
             latest_pending_start: 0,
+            oldest_seen: Nanos::MAX,
+            unjudged: false,
         }
+    }
+
+    /// Adds `key` for `operation`; it counts as seen at its `last_seen`, or `now` when it
+    /// is new (what observing it will set).
+    pub(super) fn insert(&mut self, operation: u64, key: Key) {
+        self.oldest_seen = self.oldest_seen.min(key.last_seen);
+        self.keys.insert(operation, key);
+    }
+
+    /// Adds a new key for `operation`, about to be observed at `now`.
+    pub(super) fn open(&mut self, operation: u64, mut key: Key, now: Nanos) {
+        key.last_seen = now;
+        self.insert(operation, key);
     }
 
     /// What [`super::Shard::touch`] reads ahead of observing `operation`: the key whole
@@ -543,6 +565,7 @@ impl Group {
                 key.unjudged |= e.kind.class() == Class::Refusal;
                 out.push(counted(self.labels, &key.operation, e));
             }
+            self.unjudged |= key.unjudged;
             key.settled_prefix = key.history.len() as u32;
             trim_key(key, self.labels, now, p, out);
             give_back(key, p);
@@ -614,10 +637,36 @@ impl Group {
 
     /// Counts the settled refusals whose `probe_window` has passed with no attempt after
     /// them on their key as honored.
+    /// Reads the keys only when some may hold one.
     pub(super) fn judge_refusals(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
+        if !self.unjudged {
+            return;
+        }
+        let mut waiting = false;
         for key in self.keys.values_mut().filter(|k| k.unjudged) {
             judge_key(key, self.labels, now, p, out);
+            waiting |= key.unjudged;
         }
+        self.unjudged = waiting;
+    }
+
+    /// Removes the keys idle for `key_ttl` at `now` (settled and judged first); returns
+    /// how many. Reads the keys only when the oldest may be: a sweep over a million keys
+    /// otherwise reads each group alone.
+    pub(super) fn expire(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) -> usize {
+        if now < self.oldest_seen.saturating_add(p.key_ttl) {
+            return 0;
+        }
+        let removed = self.remove_keys(now, p, out, |_, key| {
+            now >= key.last_seen.saturating_add(p.key_ttl)
+        });
+        self.oldest_seen = self
+            .keys
+            .values()
+            .map(|k| k.last_seen)
+            .min()
+            .unwrap_or(Nanos::MAX);
+        removed
     }
 
     /// Removes keys for which `expired` holds, settling and judging them first; returns how
@@ -958,9 +1007,7 @@ mod tests {
     /// A group with one key, operation 1.
     fn one_key(p: &Params) -> Group {
         let mut group = Group::new(0);
-        group
-            .keys
-            .insert(1, Key::new(p, std::sync::Arc::from("op")));
+        group.insert(1, Key::new(p, std::sync::Arc::from("op")));
         group
     }
 

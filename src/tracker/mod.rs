@@ -463,7 +463,7 @@ impl Tracker {
             .groups
             .entry(obs.group)
             .or_insert_with(|| Group::new(obs.labels));
-        group.keys.insert(obs.operation, group::Key::new(p, name));
+        group.open(obs.operation, group::Key::new(p, name), now);
         shard.keys += 1;
         self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
@@ -598,9 +598,7 @@ impl Tracker {
                     group.settle(now, p, batch);
                 }
                 group.judge_refusals(now, p, batch);
-                removed += group.remove_keys(now, p, batch, |_, key| {
-                    now >= key.last_seen.saturating_add(p.key_ttl)
-                });
+                removed += group.expire(now, p, batch);
                 !group.keys.is_empty()
             });
             shard.keys -= removed;

@@ -863,6 +863,34 @@ fn keys_swept_for_their_ttl_give_their_place_back() {
 }
 
 #[test]
+fn the_keys_of_one_group_expire_each_at_its_own_time_whatever_order_they_came_in() {
+    let tracker = one_shard(16);
+    let mut events = Vec::new();
+    let ttl = 3_600 * 1000 * MS;
+    // Replayed: the clock of the second key's attempt is before the first's.
+    tracker.observe(T0 + 100 * 1000 * MS, &at(1, 0).0, &"a", &mut events);
+    tracker.observe(T0 + 10 * 1000 * MS, &at(2, 0).0, &"b", &mut events);
+    tracker.observe(T0 + 50 * 1000 * MS, &at(3, 0).0, &"c", &mut events);
+    assert_eq!(tracker.keys(), 3);
+    tracker.sweep(T0 + 10 * 1000 * MS + ttl - 1, &mut events);
+    assert_eq!(tracker.keys(), 3, "none idle for key_ttl yet");
+    tracker.sweep(T0 + 10 * 1000 * MS + ttl, &mut events);
+    assert_eq!(
+        tracker.keys(),
+        2,
+        "the key last seen earliest, though it came second"
+    );
+    tracker.sweep(T0 + 50 * 1000 * MS + ttl, &mut events);
+    assert_eq!(
+        tracker.keys(),
+        1,
+        "then the next: the group's oldest was looked up again"
+    );
+    tracker.sweep(T0 + 100 * 1000 * MS + ttl, &mut events);
+    assert_eq!(tracker.keys(), 0);
+}
+
+#[test]
 fn imported_keys_are_counted_in_their_shard_and_within_its_room() {
     let source = one_shard(64);
     let mut events = Vec::new();
