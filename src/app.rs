@@ -443,6 +443,7 @@ impl Server {
             .state_file
             .as_ref()
             .map(|f| config.base_dir.join(f));
+        let reading = std::time::Instant::now();
         let restored = state_file.as_deref().and_then(read_state);
         if let Some(state) = &restored {
             pipeline = pipeline.with_seed(state.seed);
@@ -450,7 +451,8 @@ impl Server {
         let pipeline = Arc::new(pipeline);
         if let Some(state) = restored {
             let keys = crate::state::restore(&pipeline, state);
-            tracing::info!(keys, "Tracker state restored from the state file.");
+            let took_ms = reading.elapsed().as_millis() as u64;
+            tracing::info!(keys, took_ms, "Tracker state restored from the state file.");
         }
         for report in &reports {
             record_load(&pipeline, report);

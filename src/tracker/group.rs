@@ -469,10 +469,11 @@ impl Group {
 
         let len = key.history.len();
         if len == key.history.capacity() {
-            // Doubled as a Vec grows, but never past what a key can hold: its settled depth
-            // and MAX_PENDING_PER_KEY more, the arriving one included (a flooded key's last
-            // doubling would take 48 entries where 38 are ever used).
-            let grown = (2 * len).min(most_held(p)).max(len + 1);
+            // Half as much again, never past what a key can hold: its settled depth and
+            // MAX_PENDING_PER_KEY more, the arriving one included. Not doubled: a key of a
+            // large fleet that outgrows its depth by a few pending attempts takes 9 entries,
+            // not 12 (a flooded one reaches its 38 in five steps, and keeps them).
+            let grown = (len + len / 2).min(most_held(p)).max(len + 1);
             key.history.reserve_exact(grown - len);
         }
         let lists = &mut self.lists;
@@ -1034,6 +1035,24 @@ mod tests {
         }
         // Full, once trimmed after each arrival: the arriving one took the last place.
         assert_eq!(most, bound - 1, "it did fill up");
+    }
+
+    #[test]
+    fn a_history_grows_by_half_as_much_again_up_to_what_a_key_can_hold() {
+        let p = Params::new(&TrackerConfig::default());
+        let mut group = one_key(&p);
+        let mut out = Vec::new();
+        let mut rooms = vec![group.keys[&1].history.capacity()];
+        for n in 0..60 {
+            group.observe(0, &attempt(n), &p, &mut out);
+            let room = group.keys[&1].history.capacity();
+            if rooms.last() != Some(&room) {
+                rooms.push(room);
+            }
+        }
+        assert_eq!(p.depth, 5);
+        assert_eq!(rooms, [6, 9, 13, 19, 28, most_held(&p)]);
+        assert_eq!(most_held(&p), 38);
     }
 
     #[test]
