@@ -180,14 +180,27 @@ pub fn read(path: &Path) -> Result<State, StateError> {
                 source,
             })
     };
-    let header: Header = serde_json::from_reader(open()?)?;
-    if header.format != FORMAT {
-        return Err(StateError::Format(header.format));
+    let check = |format: &str, version: u32| {
+        if format != FORMAT {
+            return Err(StateError::Format(format.to_string()));
+        }
+        if version != VERSION {
+            return Err(StateError::Version(version));
+        }
+        Ok(())
+    };
+    // Read once (a million keys are some 135 MB compressed; reading the header first read
+    // the whole file twice); only a file that does not parse is read again for its header,
+    // to say whose or which version's it is.
+    match serde_json::from_reader::<_, State>(open()?) {
+        Ok(state) => check(&state.format, state.version).map(|()| state),
+        Err(e) => {
+            if let Ok(header) = serde_json::from_reader::<_, Header>(open()?) {
+                check(&header.format, header.version)?;
+            }
+            Err(StateError::Corrupt(e))
+        }
     }
-    if header.version != VERSION {
-        return Err(StateError::Version(header.version));
-    }
-    Ok(serde_json::from_reader(open()?)?)
 }
 
 /// The state of `pipeline`'s tracker at `now`, for the state file: every group, with the
@@ -273,6 +286,49 @@ mod tests {
         send(&restored, &long('a'), 10);
         let pairs = restored.metrics().fleet();
         assert_eq!(pairs.len(), 2, "{pairs:?}");
+    }
+
+    #[test]
+    fn a_file_is_read_as_its_header_says_whether_or_not_the_rest_parses() {
+        let dir = std::env::temp_dir().join(format!("rg-state-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let path = dir.join("state.json.gz");
+        let gzipped = |json: &str| {
+            let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, json.as_bytes()).expect("compressed");
+            gz.finish().expect("compressed")
+        };
+        let read_back = |bytes: Vec<u8>| {
+            std::fs::write(&path, bytes).expect("written");
+            read(&path)
+        };
+        write(&path, &state(7)).expect("written");
+        assert_eq!(read(&path).expect("this version's").seed, 7);
+        let whole = |format: &str, version: u32| {
+            let mut s = state(1);
+            s.format = format.to_owned();
+            s.version = version;
+            serde_json::to_string(&s).expect("encoded")
+        };
+        let said = |r: Result<State, StateError>| r.expect_err("refused").to_string();
+        assert_eq!(
+            said(read_back(gzipped(&whole("other", VERSION)))),
+            "not a state file (format \"other\")"
+        );
+        assert_eq!(
+            said(read_back(gzipped(&whole(FORMAT, 2)))),
+            "version 2, this build reads version 1"
+        );
+        let other_shape = format!(r#"{{"format":"{FORMAT}","version":3,"keys":{{}}}}"#);
+        assert_eq!(
+            said(read_back(gzipped(&other_shape))),
+            "version 3, this build reads version 1",
+            "a file of another shape is named by its header"
+        );
+        let same_version = format!(r#"{{"format":"{FORMAT}","version":1,"keys":{{}}}}"#);
+        assert!(said(read_back(gzipped(&same_version))).starts_with("corrupt: "));
+        assert!(said(read_back(b"not gzip".to_vec())).starts_with("corrupt: "));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

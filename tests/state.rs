@@ -1,6 +1,7 @@
 //! The tracker's state across restarts, black-box with the binary: stopped with SIGTERM
 //! after a refusal and started again on the same `state_file`, it counts the retry as a
-//! retry after refusal; a corrupt or foreign state file is reported and ignored.
+//! retry after refusal; a corrupt or foreign state file is reported and ignored; a file
+//! written by an earlier build still loads.
 
 mod common;
 
@@ -113,6 +114,56 @@ async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry()
         "the refusal survived the restart"
     );
     assert_eq!(value(&after, "refusal_gate_tracker_keys", &[]), 2.0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `tests/fixtures/state/d701a11.json.gz` was written by the build of d701a11 (main when issue
+/// 31 was filed), with this file's configuration, after `storm` read the contract and was
+/// refused `POST /v1/refunds` (spans 1 and 2 of `http_span`), and stopped with SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_file_written_by_an_earlier_build_still_loads() {
+    let dir = std::env::temp_dir().join(format!("rg-state-old-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let (config, ports) = common::binary_config(
+        &dir,
+        "config",
+        "interfaces:
+  - name: orders-api
+    protocol: http
+    url: http://api.test
+    endpoints:
+      - path: /v1/orders
+tracker:
+  state_file: tracker-state.json.gz
+  key_ttl: 87600h   # its keys were last seen when it was written
+",
+    );
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state/d701a11.json.gz");
+    std::fs::copy(fixture, dir.join("tracker-state.json.gz")).expect("copied");
+    let _server = serve(&config, ports.admin).await;
+    assert_eq!(
+        value(
+            &metrics(ports.admin).await,
+            "refusal_gate_tracker_keys",
+            &[]
+        ),
+        2.0,
+        "both keys restored"
+    );
+    post(
+        ports.http,
+        export(
+            "storm",
+            vec![http_span(3, "POST", "http://api.test/v1/refunds", 404)],
+        ),
+    )
+    .await;
+    assert_eq!(
+        retry_after_refusal(&metrics(ports.admin).await),
+        1.0,
+        "the refusal it remembers catches the retry"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
