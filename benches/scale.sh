@@ -6,7 +6,8 @@
 # 100-client fleet of the same run, the peak RSS, and the p50/p99 export latency at half
 # of the full-speed rate.
 #   benches/scale.sh [SECONDS]   (default 15 seconds a run)
-# TRANSPORT=http measures OTLP/HTTP instead of OTLP/gRPC. The fleets:
+# TRANSPORT=http measures OTLP/HTTP instead of OTLP/gRPC; FLEETS='100 22k' runs only those
+# (the first is the baseline of the ratios). The fleets:
 #   100      100 clients (4,500 keys), the default configuration: the baseline
 #   10k      10,000 clients (450,000 keys), the default label caps (most clients share the
 #            overflow series)
@@ -32,6 +33,18 @@ configs=(
   'tracker: { max_keys: 1100000 }'
 )
 
+if [[ -n ${FLEETS:-} ]]; then
+  keep=()
+  for f in $FLEETS; do
+    for i in "${!names[@]}"; do [[ ${names[$i]} == "$f" ]] && keep+=("$i"); done
+  done
+  names=($(for i in "${keep[@]}"; do echo "${names[$i]}"; done))
+  clients=($(for i in "${keep[@]}"; do echo "${clients[$i]}"; done))
+  kept_configs=()
+  for i in "${keep[@]}"; do kept_configs+=("${configs[$i]}"); done
+  configs=("${kept_configs[@]}")
+fi
+
 declare -A cpus=() rates=() last_keys=() last_rss=()
 for round in $(seq "$rounds"); do
   for i in "${!names[@]}"; do
@@ -45,7 +58,7 @@ for round in $(seq "$rounds"); do
 done
 
 echo "OTLP/$transport, $seconds s a run, median of $rounds rounds"
-printf '%-8s %8s %9s %14s %10s %10s %10s %10s\n' fleet clients keys Mspans/cpu-s vs-100 peak-RSS p50@half p99@half
+printf '%-8s %8s %9s %14s %10s %10s %10s %10s\n' fleet clients keys Mspans/cpu-s "vs-${names[0]}" peak-RSS p50@half p99@half
 base=$(median "${cpus[0]}")
 for i in "${!names[@]}"; do
   cpu=$(median "${cpus[$i]}")

@@ -8,11 +8,11 @@
 //! after it ends). Settled verdicts never change, so the counters built from them never
 //! go down and count each attempt once.
 
+use super::keys::KeyMap;
 use super::{Event, Judgement, Nanos, Observation, Params, Retraction, Violation};
 use crate::classify::{self, Class, Kind, Outcome};
 use crate::discovery::Declared;
 use crate::extract::Discovery;
-use foldhash::HashMap;
 use std::sync::Arc;
 
 /// Refusal end times kept per group, for probes.
@@ -245,7 +245,7 @@ pub(super) struct Group {
     /// What the group's keys are judged against; apart from `keys` so that a key can be
     /// borrowed mutably while they are read.
     lists: Lists,
-    pub(super) keys: HashMap<u64, Key>,
+    pub(super) keys: KeyMap<Key>,
     /// Attempts not yet settled, the clock when the first of them arrived, and the latest
     /// start among them (a late attempt that ends after it cannot affect them).
     pending: u32,
@@ -342,7 +342,7 @@ impl Group {
         Group {
             labels,
             lists: Lists::default(),
-            keys: HashMap::default(),
+            keys: KeyMap::default(),
             pending: 0,
             first_pending_at: 0,
             latest_pending_start: 0,

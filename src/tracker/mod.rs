@@ -12,6 +12,7 @@
 //! least-recently-used within a shard, in batches of 1/64 of the shard's share.
 
 mod group;
+mod keys;
 mod names;
 
 pub use group::GroupState;
