@@ -189,6 +189,11 @@ mod tests {
         assert!(map.index.is_none());
         map.insert(SMALL as u64, 0);
         assert_eq!(map.index.as_ref().map(|i| i.len()), Some(SMALL + 1));
+        assert_eq!(
+            map.ops.capacity(),
+            2 * SMALL,
+            "past SMALL, grown as a vector grows"
+        );
         map.insert(3, 33);
         assert_eq!(
             map.len(),
