@@ -176,6 +176,13 @@ mod tests {
         same(&map, &model);
         assert_eq!(map.get(&12345), None);
         assert_eq!(map.get_mut(&12345), None);
+        let ops: Vec<u64> = model.keys().copied().collect();
+        for op in ops {
+            assert_eq!(map.remove(&op), model.remove(&op));
+        }
+        assert!(map.is_empty(), "emptied");
+        assert_eq!(map.len(), 0);
+        same(&map, &model);
     }
 
     #[test]
