@@ -76,6 +76,12 @@ mod tests {
             "a".repeat(64),
             "cut at exactly OPERATION_MAX"
         );
+        let odd = format!("a{}", "é".repeat(40));
+        assert_eq!(
+            names.intern(&odd).len(),
+            63,
+            "byte 64 is within a character: cut before it"
+        );
     }
 
     #[test]
