@@ -9,11 +9,13 @@ use common::{export, http_span, value, Ports, Reaper};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
+/// The configuration of these tests, with `tracker_lines` added under `tracker:`.
+fn config_with(dir: &Path, tracker_lines: &str) -> (std::path::PathBuf, Ports) {
     common::binary_config(
         dir,
         "config",
-        "interfaces:
+        &format!(
+            "interfaces:
   - name: orders-api
     protocol: http
     url: http://api.test
@@ -21,8 +23,13 @@ fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
       - path: /v1/orders
 tracker:
   state_file: tracker-state.json.gz
-",
+{tracker_lines}"
+        ),
     )
+}
+
+fn config(dir: &Path) -> (std::path::PathBuf, Ports) {
+    config_with(dir, "")
 }
 
 async fn serve(config: &Path, admin: u16) -> Reaper {
@@ -124,20 +131,8 @@ async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry()
 async fn a_state_file_written_by_an_earlier_build_still_loads() {
     let dir = std::env::temp_dir().join(format!("rg-state-old-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
-    let (config, ports) = common::binary_config(
-        &dir,
-        "config",
-        "interfaces:
-  - name: orders-api
-    protocol: http
-    url: http://api.test
-    endpoints:
-      - path: /v1/orders
-tracker:
-  state_file: tracker-state.json.gz
-  key_ttl: 87600h   # its keys were last seen when it was written
-",
-    );
+    // Its keys were last seen when it was written.
+    let (config, ports) = config_with(&dir, "  key_ttl: 87600h\n");
     let fixture =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state/d701a11.json.gz");
     std::fs::copy(fixture, dir.join("tracker-state.json.gz")).expect("copied");
