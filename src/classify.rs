@@ -80,6 +80,18 @@ pub enum Outcome {
     Other,
 }
 
+impl Outcome {
+    /// Every outcome, in the order declared.
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Ok,
+        Outcome::NotSupported,
+        Outcome::NotFound,
+        Outcome::Throttled,
+        Outcome::Transient,
+        Outcome::Other,
+    ];
+}
+
 /// Which rule of the table fired, for the `refusal_gate.reason` span attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason<'a> {

@@ -23,10 +23,31 @@ pub const OPERATION_MAX: usize = 64;
 /// what bounds memory when one key is flooded within a reorder window.
 const MAX_PENDING_PER_KEY: usize = 32;
 
-/// One attempt in a key's history: 48 bytes, the flags packed into one byte and the
-/// server's delay into two (a test keeps it so; it is most of a key's memory).
+/// One attempt in a key's history: 40 bytes (a test keeps it so; it is most of a key's
+/// memory). Its length, and so its end, is kept to one part in 2^18 ([`Length`]); its
+/// outcome, kind, violation and flags share two bytes ([`Bits`]); its number in its row of
+/// failures saturates at 255 (`tracker.max_retries` is at most 64, so every retry budget is
+/// judged exactly). The state file keeps every field apart, as before ([`EntryState`]).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "EntryState", into = "EntryState")]
 struct Entry {
+    start: Nanos,
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    length: Length,
+    attempt: u8,
+    bits: Bits,
+    /// The server's delay (`Retry-After`).
+    delay: Delay,
+}
+
+/// A verdict: the kind, the violation, the number in the row of failures.
+type Verdict = (Kind, Option<Violation>, u8);
+
+/// An [`Entry`] as the state file holds it: the layout of the versions before entries were
+/// packed, so that a state file written by any of them loads, and they load this one's.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct EntryState {
     start: Nanos,
     end: Nanos,
     trace_id: [u8; 16],
@@ -39,6 +60,120 @@ struct Entry {
     /// The server's delay (`Retry-After`); written by versions that read it.
     #[serde(default)]
     delay: Delay,
+}
+
+impl From<EntryState> for Entry {
+    fn from(e: EntryState) -> Entry {
+        Entry {
+            start: e.start,
+            trace_id: e.trace_id,
+            span_id: e.span_id,
+            length: Length::of(e.end.saturating_sub(e.start)),
+            attempt: u8::try_from(e.attempt).unwrap_or(u8::MAX),
+            bits: Bits::new(e.outcome, e.kind, e.violation, e.flags),
+            delay: e.delay,
+        }
+    }
+}
+
+impl From<Entry> for EntryState {
+    fn from(e: Entry) -> EntryState {
+        EntryState {
+            start: e.start,
+            end: e.end(),
+            trace_id: e.trace_id,
+            span_id: e.span_id,
+            outcome: e.outcome(),
+            kind: e.kind(),
+            violation: e.violation(),
+            flags: e.bits.flags(),
+            attempt: u16::from(e.attempt),
+            delay: e.delay,
+        }
+    }
+}
+
+/// How long an attempt took, in three bytes: nanoseconds as a 19-bit mantissa and a 5-bit
+/// exponent (`m << e` ns). Exact to 524,287 ns, then rounded down by less than one part in
+/// 2^18 (under 4 µs a second); at most about 13 days (a longer one is kept as that). The
+/// tracker judges an attempt by its end as kept ([`kept_end`]), wherever it compares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Length([u8; 3]);
+
+impl Length {
+    const MANTISSA_BITS: u32 = 19;
+    const MANTISSA: u64 = (1 << Length::MANTISSA_BITS) - 1;
+    const MAX_EXPONENT: u64 = 31;
+
+    /// `nanos` kept as described above.
+    #[inline]
+    pub(super) fn of(nanos: Nanos) -> Length {
+        let exponent =
+            u64::from((u64::BITS - nanos.leading_zeros()).saturating_sub(Length::MANTISSA_BITS));
+        let packed = if exponent > Length::MAX_EXPONENT {
+            Length::MAX_EXPONENT << Length::MANTISSA_BITS | Length::MANTISSA
+        } else {
+            exponent << Length::MANTISSA_BITS | nanos >> exponent
+        };
+        let [a, b, c, ..] = packed.to_le_bytes();
+        Length([a, b, c])
+    }
+
+    /// The length in nanoseconds.
+    #[inline]
+    pub(super) fn nanos(self) -> Nanos {
+        let [a, b, c] = self.0;
+        let packed = u64::from_le_bytes([a, b, c, 0, 0, 0, 0, 0]);
+        (packed & Length::MANTISSA) << (packed >> Length::MANTISSA_BITS)
+    }
+}
+
+/// The end of an attempt from `start` to `end` as the tracker keeps it (see [`Length`]).
+#[inline]
+pub(super) fn kept_end(start: Nanos, end: Nanos) -> Nanos {
+    start.saturating_add(Length::of(end.saturating_sub(start)).nanos())
+}
+
+/// An entry's outcome, kind, violation and flags in two bytes: the flags in bits 0–5, the
+/// outcome in 6–8, the kind in 9–11 and the violation (0 for none, else 1 + its place in
+/// [`Violation::ALL`]) in 12–14.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bits(u16);
+
+impl Bits {
+    const FLAGS: u16 = 0x3f;
+    const OUTCOME: u32 = 6;
+    const KIND: u32 = 9;
+    const VIOLATION: u32 = 12;
+
+    fn new(outcome: Outcome, kind: Kind, violation: Option<Violation>, flags: u8) -> Bits {
+        let violation = violation.map_or(0, |v| v as u16 + 1);
+        Bits(
+            u16::from(flags) & Bits::FLAGS
+                | (outcome as u16) << Bits::OUTCOME
+                | (kind as u16) << Bits::KIND
+                | violation << Bits::VIOLATION,
+        )
+    }
+
+    fn flags(self) -> u8 {
+        (self.0 & Bits::FLAGS) as u8
+    }
+
+    fn outcome(self) -> Outcome {
+        Outcome::ALL[usize::from(self.0 >> Bits::OUTCOME & 7)]
+    }
+
+    fn kind(self) -> Kind {
+        Kind::ALL[usize::from(self.0 >> Bits::KIND & 7)]
+    }
+
+    fn violation(self) -> Option<Violation> {
+        match usize::from(self.0 >> Bits::VIOLATION & 7) {
+            0 => None,
+            v => Some(Violation::ALL[v - 1]),
+        }
+    }
 }
 
 /// The server's delay of an attempt in two bytes: milliseconds as a 12-bit mantissa and a
@@ -89,15 +224,39 @@ const FOLLOWED: u8 = 32;
 
 impl Entry {
     fn has(&self, flag: u8) -> bool {
-        self.flags & flag != 0
+        self.bits.flags() & flag != 0
     }
 
     fn set(&mut self, flag: u8) {
-        self.flags |= flag;
+        self.bits.0 |= u16::from(flag);
+    }
+
+    /// Its end as kept ([`kept_end`]).
+    #[inline]
+    fn end(&self) -> Nanos {
+        self.start.saturating_add(self.length.nanos())
+    }
+
+    fn outcome(&self) -> Outcome {
+        self.bits.outcome()
+    }
+
+    fn kind(&self) -> Kind {
+        self.bits.kind()
+    }
+
+    fn violation(&self) -> Option<Violation> {
+        self.bits.violation()
+    }
+
+    /// Records its verdict.
+    fn judged(&mut self, (kind, violation, attempt): Verdict) {
+        self.bits = Bits::new(self.outcome(), kind, violation, self.bits.flags());
+        self.attempt = attempt;
     }
 
     fn order(&self) -> (Nanos, Nanos, [u8; 8]) {
-        (self.start, self.end, self.span_id)
+        (self.start, self.end(), self.span_id)
     }
 
     fn declared(&self) -> Declared {
@@ -121,7 +280,7 @@ struct Tail {
     start: Nanos,
     end: Nanos,
     kind: Kind,
-    attempt: u16,
+    attempt: u8,
     delay: Delay,
     /// How many of the latest attempts in a row failed transient or throttled (saturating).
     retryable_run: u16,
@@ -147,13 +306,13 @@ impl Tail {
         let run = history
             .iter()
             .rev()
-            .take_while(|e| e.kind.class().is_retryable_failure())
+            .take_while(|e| e.kind().class().is_retryable_failure())
             .count();
         Tail {
-            ordered: history.windows(2).all(|w| w[0].end <= w[1].end),
+            ordered: history.windows(2).all(|w| w[0].end() <= w[1].end()),
             start: last.start,
-            end: last.end,
-            kind: last.kind,
+            end: last.end(),
+            kind: last.kind(),
             attempt: last.attempt,
             delay: last.delay,
             retryable_run: u16::try_from(run).unwrap_or(u16::MAX),
@@ -168,19 +327,19 @@ impl Tail {
         self.ordered
             && self.retryable_run < u16::MAX
             && self.end <= a.start
-            && (self.start, self.end) < (a.start, a.end)
+            && (self.start, self.end) < (a.start, a.end())
     }
 
     /// The tail once `a` (judged) is appended after it.
     fn push(&mut self, a: &Entry) {
-        self.retryable_run = if a.kind.class().is_retryable_failure() {
+        self.retryable_run = if a.kind().class().is_retryable_failure() {
             self.retryable_run.saturating_add(1)
         } else {
             0
         };
         self.start = a.start;
-        self.end = a.end;
-        self.kind = a.kind;
+        self.end = a.end();
+        self.kind = a.kind();
         self.attempt = a.attempt;
         self.delay = a.delay;
     }
@@ -387,10 +546,10 @@ impl Group {
                     .iter()
                     .map(|e| super::Recent {
                         start: e.start,
-                        end: e.end,
-                        kind: e.kind,
-                        violation: e.violation,
-                        attempt: e.attempt,
+                        end: e.end(),
+                        kind: e.kind(),
+                        violation: e.violation(),
+                        attempt: u16::from(e.attempt),
                         read: e.has(READ),
                         asked: e.has(ASKED),
                         settled: e.has(SETTLED),
@@ -428,23 +587,27 @@ impl Group {
         let read = obs.discovery == Discovery::Read;
         let entry = Entry {
             start: obs.start,
-            end: obs.end,
             trace_id: obs.trace_id,
             span_id: obs.span_id,
-            outcome: obs.outcome,
-            kind: Kind::Ok,
-            violation: None,
-            flags: match obs.declared {
-                Declared::No => DECLARED_NO,
-                _ => 0,
-            } | match obs.discovery {
-                Discovery::Read => READ | ASKED,
-                Discovery::Asked => ASKED,
-                Discovery::None => 0,
-            },
+            length: Length::of(obs.end.saturating_sub(obs.start)),
             attempt: 1,
+            bits: Bits::new(
+                obs.outcome,
+                Kind::Ok,
+                None,
+                match obs.declared {
+                    Declared::No => DECLARED_NO,
+                    _ => 0,
+                } | match obs.discovery {
+                    Discovery::Read => READ | ASKED,
+                    Discovery::Asked => ASKED,
+                    Discovery::None => 0,
+                },
+            ),
             delay: Delay::of(obs.retry_after),
         };
+        // Where the group compares the attempt's end, it compares the end as kept.
+        let end = entry.end();
         let key = self.keys.get_mut(&obs.operation)?;
         key.last_seen = key.last_seen.max(now);
         self.labels = obs.labels;
@@ -478,11 +641,11 @@ impl Group {
         }
         let lists = &mut self.lists;
         if read {
-            lists.first_read = Some(lists.first_read.map_or(obs.end, |f| f.min(obs.end)));
+            lists.first_read = Some(lists.first_read.map_or(end, |f| f.min(end)));
         }
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         if refusal {
-            insert_bounded(&mut lists.refusals, obs.end, REFUSALS_KEPT);
+            insert_bounded(&mut lists.refusals, end, REFUSALS_KEPT);
         }
 
         if self.pending == 0 {
@@ -491,13 +654,13 @@ impl Group {
         }
         self.pending += 1;
         let others_affected =
-            (read || refusal) && self.pending > 1 && obs.end <= self.latest_pending_start;
+            (read || refusal) && self.pending > 1 && end <= self.latest_pending_start;
         self.latest_pending_start = self.latest_pending_start.max(obs.start);
 
         let (kind, violation, attempt) = if in_order {
             let mut entry = entry;
             let verdict = self.lists.judge_after(&key.tail, &entry, p);
-            (entry.kind, entry.violation, entry.attempt) = verdict;
+            entry.judged(verdict);
             key.tail.push(&entry);
             key.history.push(entry);
             debug_assert_eq!(
@@ -512,7 +675,7 @@ impl Group {
             // A read or a refusal reaches every attempt that started when it ended or later:
             // of no length, it can stand after some of them in order.
             let first = if read || refusal {
-                at.min(key.history.partition_point(|e| e.start < obs.end))
+                at.min(key.history.partition_point(|e| e.start < end))
             } else {
                 at
             };
@@ -520,7 +683,7 @@ impl Group {
             key.tail = Tail::of(&key.history);
             // Re-judging changes verdicts, never positions: the attempt is still at `at`.
             let e = &key.history[at];
-            (e.kind, e.violation, e.attempt)
+            (e.kind(), e.violation(), e.attempt)
         };
         let judgement = Judgement {
             kind,
@@ -534,7 +697,7 @@ impl Group {
             // Only a read or a refusal reaches across keys, and only when it arrived late.
             for (op, other) in self.keys.iter_mut() {
                 if *op != obs.operation {
-                    let first = other.history.partition_point(|e| e.start < obs.end);
+                    let first = other.history.partition_point(|e| e.start < end);
                     rejudge(&self.lists, other, first, p);
                     other.tail = Tail::of(&other.history);
                 }
@@ -551,7 +714,7 @@ impl Group {
                 .keys
                 .get(&operation)
                 .and_then(|k| k.history.last())
-                .map(|e| (e.kind, u32::from(e.attempt))),
+                .map(|e| (e.kind(), u32::from(e.attempt))),
         }
     }
 
@@ -563,7 +726,7 @@ impl Group {
         for key in self.keys.values_mut() {
             for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                 e.set(SETTLED);
-                key.unjudged |= e.kind.class() == Class::Refusal;
+                key.unjudged |= e.kind().class() == Class::Refusal;
                 out.push(counted(self.labels, &key.operation, e));
             }
             self.unjudged |= key.unjudged;
@@ -587,9 +750,9 @@ impl Group {
         let Some(key) = self.keys.get_mut(&obs.operation) else {
             return (Retraction::Missing, false);
         };
-        let at = key
-            .history
-            .partition_point(|e| e.order() < (obs.start, obs.end, obs.span_id));
+        let at = key.history.partition_point(|e| {
+            e.order() < (obs.start, kept_end(obs.start, obs.end), obs.span_id)
+        });
         match key.history.get(at) {
             Some(e) if e.span_id == obs.span_id && e.trace_id == obs.trace_id => {
                 if e.has(SETTLED) {
@@ -603,13 +766,13 @@ impl Group {
         let emptied = key.history.is_empty();
         self.pending = self.pending.saturating_sub(1);
         let read = gone.has(READ);
-        let refusal = classify::is_refusal_signal(gone.outcome, gone.declared());
+        let refusal = classify::is_refusal_signal(gone.outcome(), gone.declared());
         if refusal {
-            if let Ok(i) = self.lists.refusals.binary_search(&gone.end) {
+            if let Ok(i) = self.lists.refusals.binary_search(&gone.end()) {
                 self.lists.refusals.remove(i);
             }
         }
-        if read && self.lists.first_read == Some(gone.end) {
+        if read && self.lists.first_read == Some(gone.end()) {
             // The earliest read the group still holds (older ones leave with their keys'
             // settled history; a read is taken back while pending, so rarely has one left).
             self.lists.first_read = self
@@ -617,13 +780,13 @@ impl Group {
                 .values()
                 .flat_map(|k| k.history.iter())
                 .filter(|e| e.has(READ))
-                .map(|e| e.end)
+                .map(|e| e.end())
                 .min();
         }
         // As when it arrived (Group::observe): its key from its place on, and a read or a
         // refusal reaches every attempt that started when it ended or later, in every key.
         for (op, key) in self.keys.iter_mut() {
-            let from_end = || key.history.partition_point(|e| e.start < gone.end);
+            let from_end = || key.history.partition_point(|e| e.start < gone.end());
             let first = match (*op == obs.operation, read || refusal) {
                 (true, true) => at.min(from_end()),
                 (true, false) => at,
@@ -705,26 +868,23 @@ fn rejudge(lists: &Lists, key: &mut Key, first: usize, p: &Params) {
         if key.history[i].has(SETTLED) {
             continue;
         }
-        let (kind, violation, attempt) = lists.judge(&key.history, i, p);
-        let e = &mut key.history[i];
-        e.kind = kind;
-        e.violation = violation;
-        e.attempt = attempt;
+        let verdict = lists.judge(&key.history, i, p);
+        key.history[i].judged(verdict);
     }
 }
 
 impl Lists {
     /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
-    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> (Kind, Option<Violation>, u16) {
+    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> Verdict {
         let a = &history[i];
         // Attempts on the key before A: earlier in order, ended no later than A started.
-        let pred = history[..i].iter().rev().find(|e| e.end <= a.start);
+        let pred = history[..i].iter().rev().find(|e| e.end() <= a.start);
         self.verdict(
             a,
             pred.map(|e| Predecessor {
-                kind: e.kind,
+                kind: e.kind(),
                 attempt: e.attempt,
-                end: e.end,
+                end: e.end(),
                 delay: e.delay,
             }),
             || budget_exhausted(history, i, p),
@@ -734,7 +894,7 @@ impl Lists {
 
     /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
     /// [`Lists::judge`] gives it there, without reading the history.
-    fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> (Kind, Option<Violation>, u16) {
+    fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> Verdict {
         self.verdict(
             a,
             Some(Predecessor {
@@ -761,9 +921,9 @@ impl Lists {
         pred: Option<Predecessor>,
         budget_spent: impl FnOnce() -> bool,
         p: &Params,
-    ) -> (Kind, Option<Violation>, u16) {
+    ) -> Verdict {
         let read_before = self.read_before(a.start);
-        let kind = classify::classify(a.outcome, a.declared(), read_before).kind;
+        let kind = classify::classify(a.outcome(), a.declared(), read_before).kind;
         let Some(pred) = pred else {
             return (kind, self.probe(a, p), 1);
         };
@@ -800,7 +960,7 @@ impl Lists {
         let after = a.start.saturating_sub(p.probe_window);
         let from = self.refusals.partition_point(|r| *r < after);
         // A refusal that took no time ends where it starts: it is not a probe after itself.
-        let own = classify::is_refusal_signal(a.outcome, Declared::No) && a.end == a.start;
+        let own = classify::is_refusal_signal(a.outcome(), Declared::No) && a.end() == a.start;
         let needed = 1 + usize::from(own);
         self.refusals
             .get(from + needed - 1)
@@ -813,7 +973,7 @@ impl Lists {
 struct Predecessor {
     kind: Kind,
     /// Its number in its row of failures.
-    attempt: u16,
+    attempt: u8,
     end: Nanos,
     /// The server's delay it carried.
     delay: Delay,
@@ -824,8 +984,8 @@ fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
     let a = &history[i];
     let needed = p.max_retries as usize + 1;
     let mut seen = 0;
-    for e in history[..i].iter().rev().filter(|e| e.end <= a.start) {
-        if !e.kind.class().is_retryable_failure() {
+    for e in history[..i].iter().rev().filter(|e| e.end() <= a.start) {
+        if !e.kind().class().is_retryable_failure() {
             return false;
         }
         seen += 1;
@@ -871,8 +1031,8 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
             settled += 1;
             out.push(counted(labels, &key.operation, e));
         }
-        if !e.has(JUDGED) && e.kind.class() == Class::Refusal {
-            let window_end = e.end.saturating_add(p.probe_window);
+        if !e.has(JUDGED) && e.kind().class() == Class::Refusal {
+            let window_end = e.end().saturating_add(p.probe_window);
             if !followed(&key.history, i, p) && now >= window_end {
                 out.push(Event::Honored { labels });
             }
@@ -884,7 +1044,7 @@ fn trim_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Ev
         for e in key.history[leave..]
             .iter_mut()
             .take_while(|e| e.start == last)
-            .filter(|e| e.end == last)
+            .filter(|e| e.end() == last)
         {
             e.set(FOLLOWED);
         }
@@ -925,12 +1085,12 @@ fn give_back(key: &mut Key, p: &Params) {
 /// ended can; once such an attempt has left the history, the refusal's [`FOLLOWED`] flag says so.
 fn followed(history: &[Entry], i: usize, p: &Params) -> bool {
     let r = &history[i];
-    let window_end = r.end.saturating_add(p.probe_window);
+    let window_end = r.end().saturating_add(p.probe_window);
     r.has(FOLLOWED)
         || history
             .iter()
             .enumerate()
-            .any(|(j, f)| j != i && f.start >= r.end && f.start <= window_end)
+            .any(|(j, f)| j != i && f.start >= r.end() && f.start <= window_end)
 }
 
 /// Judges the settled refusals of a key whose `probe_window` has passed, and notes whether
@@ -939,10 +1099,10 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
     let mut waiting = false;
     for i in 0..key.history.len() {
         let e = &key.history[i];
-        if e.has(JUDGED) || !e.has(SETTLED) || e.kind.class() != Class::Refusal {
+        if e.has(JUDGED) || !e.has(SETTLED) || e.kind().class() != Class::Refusal {
             continue;
         }
-        if now < e.end.saturating_add(p.probe_window) {
+        if now < e.end().saturating_add(p.probe_window) {
             waiting = true;
             continue;
         }
@@ -957,10 +1117,10 @@ fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<E
 
 fn counted(labels: u32, operation: &Arc<str>, e: &Entry) -> Event {
     Event::Counted {
-        operation: e.violation.map(|_| Arc::clone(operation)),
+        operation: e.violation().map(|_| Arc::clone(operation)),
         labels,
-        kind: e.kind,
-        violation: e.violation,
+        kind: e.kind(),
+        violation: e.violation(),
         discovery_read: e.has(READ),
         trace_id: e.trace_id,
         span_id: e.span_id,
@@ -978,12 +1138,13 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{most_held, Delay, Group, Key, Observation, Params};
-    use crate::classify::Outcome;
+    use super::{most_held, Bits, Delay, Entry, Group, Key, Length, Observation, Params};
+    use crate::classify::{Kind, Outcome};
     use crate::config::TrackerConfig;
     use crate::discovery::Declared;
     use crate::extract::Discovery;
     use crate::tracker::GroupId;
+    use crate::tracker::Violation;
 
     /// The `n`th attempt of operation 1, in order, every one succeeding.
     fn attempt(n: u64) -> Observation {
@@ -1084,8 +1245,96 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_48_bytes() {
-        assert_eq!(std::mem::size_of::<super::Entry>(), 48);
+    fn a_length_is_exact_to_half_a_millisecond_then_rounded_down_by_less_than_a_2_18th() {
+        for nanos in [0, 1, 2, 499_999, (1 << 19) - 1] {
+            assert_eq!(Length::of(nanos).nanos(), nanos, "{nanos} exact");
+        }
+        for nanos in [
+            1 << 19,
+            (1 << 19) + 1,
+            (1 << 20) - 1,
+            1_500_000_001,
+            60_000_000_007,
+            1 << 40,
+            3_600_000_000_000 + 12_345,
+            (1 << 49) + (1 << 31) - 1,
+        ] {
+            let kept = Length::of(nanos).nanos();
+            assert!(
+                kept <= nanos && (nanos - kept) << 18 < nanos,
+                "{nanos} kept as {kept}"
+            );
+            assert_eq!(Length::of(kept).nanos(), kept, "{nanos}: kept as kept");
+        }
+        assert_eq!(
+            Length::of((1 << 20) - 1).nanos(),
+            (1 << 20) - 2,
+            "one bit gone"
+        );
+        let longest = ((1u64 << 19) - 1) << 31;
+        assert_eq!(Length::of(u64::MAX).nanos(), longest, "about 13 days");
+        assert_eq!(Length::of(longest).nanos(), longest);
+        assert_eq!(Length::of(longest + (1 << 31)).nanos(), longest);
+        assert_eq!(super::kept_end(7, 7 + (1 << 20) - 1), 7 + (1 << 20) - 2);
+        assert_eq!(super::kept_end(u64::MAX - 1, u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn an_entry_keeps_every_outcome_kind_violation_and_flag() {
+        let violations = std::iter::once(None).chain(Violation::ALL.map(Some));
+        for outcome in Outcome::ALL {
+            for kind in Kind::ALL {
+                for violation in violations.clone() {
+                    for flags in [0, 1, 0b10_1010, 0b01_0101, 0x3f] {
+                        let bits = Bits::new(outcome, kind, violation, flags);
+                        assert_eq!(
+                            (bits.outcome(), bits.kind(), bits.violation(), bits.flags()),
+                            (outcome, kind, violation, flags)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_entry_goes_to_the_state_file_and_back_whole() {
+        let entry = Entry {
+            start: 1_700_000_000_000_000_000,
+            trace_id: [7; 16],
+            span_id: [9; 8],
+            length: Length::of(1_500_000_001),
+            attempt: 200,
+            bits: Bits::new(
+                Outcome::Throttled,
+                Kind::Throttled,
+                Some(Violation::RetryBeforeRetryAfter),
+                super::SETTLED | super::READ,
+            ),
+            delay: Delay::of(Some(2_000_000_000)),
+        };
+        let json = serde_json::to_value(&entry).expect("serialises");
+        assert_eq!(json["end"], entry.start + Length::of(1_500_000_001).nanos());
+        assert_eq!(json["attempt"], 200);
+        assert_eq!(json["kind"], serde_json::json!("Throttled"));
+        let back: Entry = serde_json::from_value(json).expect("deserialises");
+        assert_eq!(
+            (back.start, back.end(), back.trace_id, back.span_id),
+            (entry.start, entry.end(), entry.trace_id, entry.span_id)
+        );
+        assert_eq!(
+            (back.attempt, back.bits, back.delay),
+            (200, entry.bits, entry.delay)
+        );
+        let mut long = serde_json::to_value(&entry).expect("serialises");
+        long["attempt"] = 1000.into();
+        let back: Entry = serde_json::from_value(long).expect("deserialises");
+        assert_eq!(back.attempt, u8::MAX, "a longer row saturates");
+    }
+
+    #[test]
+    fn an_entry_is_40_bytes() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 40);
     }
 
     #[test]

@@ -1369,6 +1369,77 @@ proptest! {
     }
 }
 
+/// Racing attempts of lengths the tracker keeps rounded ([`super::group::kept_end`]): any
+/// number of nanoseconds up to 134 ms, and starts that fall on another attempt's end, as
+/// given or as kept.
+fn rounded_stream() -> impl Strategy<Value = Vec<Observation>> {
+    (
+        racing_stream(),
+        prop::collection::vec((0..1u64 << 27, 0..3u8, 0..64usize), 44),
+    )
+        .prop_map(|(mut stream, extra)| {
+            for (i, o) in stream.iter_mut().enumerate() {
+                o.end = o.start + extra[i % extra.len()].0;
+            }
+            for i in 0..stream.len() {
+                let (length, tie, other) = extra[i % extra.len()];
+                let j = other % stream.len();
+                let (start, end) = (stream[j].start, stream[j].end);
+                stream[i].start = match tie {
+                    0 => continue,
+                    1 => end,
+                    _ => super::group::kept_end(start, end),
+                };
+                stream[i].end = stream[i].start + length;
+            }
+            stream
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// An attempt's end is judged as the tracker keeps it, the same wherever it is compared:
+    /// in any arrival order and batching the tracker counts what the contract reads of the
+    /// attempts with their ends as kept.
+    #[test]
+    fn ends_are_judged_as_kept_in_any_arrival_order(
+        stream in rounded_stream(),
+        seed in any::<u64>(),
+        batch in 1..24usize,
+    ) {
+        let cfg = race_config();
+        let kept: Vec<Observation> = stream
+            .iter()
+            .map(|o| Observation { end: super::group::kept_end(o.start, o.end), ..*o })
+            .collect();
+        let want = contract(&kept, cfg.max_retries, RACE_WINDOW_MS * MS);
+        let mut in_order = stream.clone();
+        in_order.sort_by_key(|o| (o.start, o.end));
+        let shuffled = shuffled(&stream, seed);
+        for (name, attempts, batched) in [
+            ("in order", &in_order, false),
+            ("shuffled", &shuffled, false),
+            ("shuffled in batches", &shuffled, true),
+        ] {
+            let tracker = Tracker::new(&cfg);
+            let mut events = Vec::new();
+            for (n, chunk) in attempts.chunks(batch).enumerate() {
+                let now = T0 + n as u64 * MS;
+                if batched {
+                    tracker.observe_all(now, chunk, |o| (o, &"op"), &mut events, |_, _| {});
+                } else {
+                    for o in chunk {
+                        tracker.observe(now, o, &"op", &mut events);
+                    }
+                }
+            }
+            tracker.finish(&mut events);
+            prop_assert_eq!(&counted(&events), &want, "{}", name);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
