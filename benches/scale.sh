@@ -7,7 +7,9 @@
 # of the full-speed rate.
 #   benches/scale.sh [SECONDS]   (default 15 seconds a run)
 # TRANSPORT=http measures OTLP/HTTP instead of OTLP/gRPC; FLEETS='100 22k' runs only those
-# (the first is the baseline of the ratios). The fleets:
+# (the first is the baseline of the ratios); LOADGEN='--rate 600000' passes options to every
+# run of the load generator; SERVER=path measures that binary instead of the one just built
+# (run it once each way for an A/B). The fleets:
 #   100      100 clients (4,500 keys), the default configuration: the baseline
 #   10k      10,000 clients (450,000 keys), the default label caps (most clients share the
 #            overflow series)
@@ -22,7 +24,7 @@ transport=${TRANSPORT:-grpc}
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
-extra=()
+read -ra extra <<<"${LOADGEN:-}"
 
 names=(100 10k 10k-raw 22k)
 clients=(100 10000 10000 22300)
@@ -49,7 +51,7 @@ declare -A cpus=() rates=() last_keys=() last_rss=()
 for round in $(seq "$rounds"); do
   for i in "${!names[@]}"; do
     config=${configs[$i]}
-    load target/release/refusal-gate "$transport" --clients "${clients[$i]}"
+    load "${SERVER:-target/release/refusal-gate}" "$transport" --clients "${clients[$i]}"
     cpus[$i]+="$cpu_per_m "
     rates[$i]+="$(field "$out" spans_per_sec) "
     last_keys[$i]=$keys
