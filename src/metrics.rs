@@ -294,7 +294,7 @@ impl prometheus::core::Collector for PairFamilies {
         self.descs
             .iter()
             .zip(families)
-            .filter(|(_, metrics)| !metrics.is_empty())
+            // (A family with no series is left out by the registry.)
             .map(|(desc, metrics)| {
                 let mut family = prometheus::proto::MetricFamily::default();
                 family.set_name(desc.fq_name.clone());
@@ -1065,6 +1065,23 @@ mod tests {
         assert_eq!(of(a).attempts[Kind::ProtocolNotSupported as usize], 2);
         assert_eq!(of(a).violations[Violation::RetryAfterRefusal as usize], 1);
         assert_eq!((of(a).reads, of(b).honored, of(b).reads), (1, 1, 0));
+    }
+
+    #[test]
+    fn the_pair_families_hold_their_names_in_the_registry() {
+        let r = Registry::new();
+        r.register(Box::new(PairFamilies::new(Arc::default())))
+            .expect("registered");
+        for name in [
+            "refusal_gate_attempts_total",
+            "refusal_gate_violations_total",
+            "refusal_gate_discovery_reads_total",
+            "refusal_gate_refusals_honored_total",
+        ] {
+            let other = IntCounter::new(name, "another").expect("a valid name");
+            assert!(r.register(Box::new(other)).is_err(), "{name} is taken");
+        }
+        assert!(r.gather().is_empty(), "no pair: no family");
     }
 
     #[test]
