@@ -1326,6 +1326,40 @@ fn racing_stream() -> impl Strategy<Value = Vec<Observation>> {
         .prop_map(numbered)
 }
 
+/// What the tracker counts of `stream` fed in start order, shuffled by `seed` one at a time
+/// across requests of `batch`, and shuffled in batches ([`Tracker::observe_all`]), each named.
+fn counted_in_any_order(
+    stream: &[Observation],
+    cfg: &TrackerConfig,
+    seed: u64,
+    batch: usize,
+) -> [(&'static str, Verdicts); 3] {
+    let mut in_order = stream.to_vec();
+    in_order.sort_by_key(|o| (o.start, o.end));
+    let shuffled = shuffled(stream, seed);
+    [
+        ("in order", &in_order, false),
+        ("shuffled", &shuffled, false),
+        ("shuffled in batches", &shuffled, true),
+    ]
+    .map(|(name, attempts, batched)| {
+        let tracker = Tracker::new(cfg);
+        let mut events = Vec::new();
+        for (n, chunk) in attempts.chunks(batch).enumerate() {
+            let now = T0 + n as u64 * MS;
+            if batched {
+                tracker.observe_all(now, chunk, |o| (o, &"op"), &mut events, |_, _| {});
+            } else {
+                for o in chunk {
+                    tracker.observe(now, o, &"op", &mut events);
+                }
+            }
+        }
+        tracker.finish(&mut events);
+        (name, counted(&events))
+    })
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
@@ -1343,28 +1377,8 @@ proptest! {
     ) {
         let cfg = race_config();
         let want = contract(&stream, cfg.max_retries, RACE_WINDOW_MS * MS);
-        let mut in_order = stream.clone();
-        in_order.sort_by_key(|o| (o.start, o.end));
-        let shuffled = shuffled(&stream, seed);
-        for (name, attempts, batched) in [
-            ("in order", &in_order, false),
-            ("shuffled", &shuffled, false),
-            ("shuffled in batches", &shuffled, true),
-        ] {
-            let tracker = Tracker::new(&cfg);
-            let mut events = Vec::new();
-            for (n, chunk) in attempts.chunks(batch).enumerate() {
-                let now = T0 + n as u64 * MS;
-                if batched {
-                    tracker.observe_all(now, chunk, |o| (o, &"op"), &mut events, |_, _| {});
-                } else {
-                    for o in chunk {
-                        tracker.observe(now, o, &"op", &mut events);
-                    }
-                }
-            }
-            tracker.finish(&mut events);
-            prop_assert_eq!(&counted(&events), &want, "{}", name);
+        for (name, got) in counted_in_any_order(&stream, &cfg, seed, batch) {
+            prop_assert_eq!(&got, &want, "{}", name);
         }
     }
 }
@@ -1414,28 +1428,8 @@ proptest! {
             .map(|o| Observation { end: super::group::kept_end(o.start, o.end), ..*o })
             .collect();
         let want = contract(&kept, cfg.max_retries, RACE_WINDOW_MS * MS);
-        let mut in_order = stream.clone();
-        in_order.sort_by_key(|o| (o.start, o.end));
-        let shuffled = shuffled(&stream, seed);
-        for (name, attempts, batched) in [
-            ("in order", &in_order, false),
-            ("shuffled", &shuffled, false),
-            ("shuffled in batches", &shuffled, true),
-        ] {
-            let tracker = Tracker::new(&cfg);
-            let mut events = Vec::new();
-            for (n, chunk) in attempts.chunks(batch).enumerate() {
-                let now = T0 + n as u64 * MS;
-                if batched {
-                    tracker.observe_all(now, chunk, |o| (o, &"op"), &mut events, |_, _| {});
-                } else {
-                    for o in chunk {
-                        tracker.observe(now, o, &"op", &mut events);
-                    }
-                }
-            }
-            tracker.finish(&mut events);
-            prop_assert_eq!(&counted(&events), &want, "{}", name);
+        for (name, got) in counted_in_any_order(&stream, &cfg, seed, batch) {
+            prop_assert_eq!(&got, &want, "{}", name);
         }
     }
 }
