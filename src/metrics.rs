@@ -242,9 +242,8 @@ impl PairFamilies {
     }
 }
 
-/// One counter sample of a pair: its labels sorted by name (`client` and `interface` and
-/// `extra`, which names sort after `class` and before `kind`/`violation` as given), as the
-/// `prometheus` crate writes them.
+/// One counter sample of a pair: `client`, `interface` and the `extra` labels, sorted by
+/// name as the `prometheus` crate sorts a series' labels.
 fn pair_sample(p: &Pair, extra: &[(&str, &str)], value: u64) -> prometheus::proto::Metric {
     let label = |name: &str, value: &str| {
         let mut l = prometheus::proto::LabelPair::default();
