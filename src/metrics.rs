@@ -57,15 +57,22 @@ struct Slot {
     pair: Option<Arc<Pair>>,
 }
 
-/// Which pair each (client, interface) hash has, and how many live pairs use each admitted
-/// name (a name's place under its cap is freed when the last one expires).
+/// Which pair each (client, interface) hash has, and each admitted name's copy and how many
+/// live pairs use it (a name's place under its cap is freed when the last one expires).
 #[derive(Default)]
 struct Names {
     pairs: HashMap<(u64, u64), u32>,
-    clients: HashMap<u64, u32>,
-    interfaces: HashMap<u64, u32>,
+    clients: HashMap<u64, Name>,
+    interfaces: HashMap<u64, Name>,
     /// Slots of expired pairs, to reuse.
     free: Vec<u32>,
+}
+
+/// An admitted client or interface name: the one copy its pairs' series share, and how many
+/// live pairs hold it.
+struct Name {
+    text: Arc<str>,
+    pairs: u32,
 }
 
 /// The counters the exporter keeps.
@@ -557,7 +564,7 @@ impl Metrics {
         if let Some(id) = names.pairs.get(&(client_hash, interface_hash)) {
             return *id;
         }
-        let admit = |set: &HashMap<u64, u32>, hash: u64, cap: usize, label: &str| {
+        let admit = |set: &HashMap<u64, Name>, hash: u64, cap: usize, label: &str| {
             let ok = set.contains_key(&hash) || set.len() < cap;
             if !ok {
                 self.label_overflow.with_label_values(&[label]).inc();
@@ -595,12 +602,25 @@ impl Metrics {
         } else {
             (key, client_ok, interface_ok)
         };
-        if client_ok {
-            *names.clients.entry(client_hash).or_default() += 1;
-        }
-        if interface_ok {
-            *names.interfaces.entry(interface_hash).or_default() += 1;
-        }
+        // A name is copied once however many pairs hold it (a client calls many interfaces).
+        let hold = |set: &mut HashMap<u64, Name>, ok: bool, hash: u64, text: &str| {
+            if !ok {
+                return Arc::from(OVERFLOW);
+            }
+            let name = set.entry(hash).or_insert_with(|| Name {
+                text: Arc::from(text),
+                pairs: 0,
+            });
+            name.pairs += 1;
+            Arc::clone(&name.text)
+        };
+        let client = hold(&mut names.clients, client_ok, client_hash, client);
+        let interface = hold(
+            &mut names.interfaces,
+            interface_ok,
+            interface_hash,
+            interface,
+        );
         let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
         let slot = names.free.pop().unwrap_or_else(|| {
             pairs.push(Slot::default());
@@ -611,8 +631,8 @@ impl Metrics {
         place.pair = Some(Arc::new(Pair {
             id,
             key,
-            client: Arc::from(if client_ok { client } else { OVERFLOW }),
-            interface: Arc::from(if interface_ok { interface } else { OVERFLOW }),
+            client,
+            interface,
             last_seen: AtomicU64::new(self.clock.load(Ordering::Relaxed)),
             attempts: Default::default(),
             violations: Default::default(),
@@ -674,8 +694,8 @@ impl Metrics {
                 (&mut names.interfaces, p.key.1),
             ] {
                 if let Some(n) = set.get_mut(&hash) {
-                    *n -= 1;
-                    if *n == 0 {
+                    n.pairs -= 1;
+                    if n.pairs == 0 {
                         set.remove(&hash);
                     }
                 }
@@ -1127,6 +1147,14 @@ mod tests {
         );
         assert_eq!(names.clients.len(), 2);
         drop(names);
+        let (a, a2) = (
+            m.pair(a).expect("live"),
+            m.pair(m.labels(1, "a", 8, "j")).expect("live"),
+        );
+        assert!(
+            Arc::ptr_eq(&a.client, &a2.client),
+            "a client's pairs share one copy of its name"
+        );
         m.record(&[counted(overflow)]);
         assert!(m.render().contains("client=\"__overflow__\""));
     }

@@ -532,7 +532,6 @@ impl Group {
         })
     }
 
-    /// Whether the group has pending attempts.
     /// What the group keeps of each operation's recent attempts, oldest first: a client's
     /// story as the console tells it.
     pub(super) fn history(&self) -> super::GroupHistory {

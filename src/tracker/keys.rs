@@ -55,9 +55,13 @@ impl<V> KeyMap<V> {
             return;
         }
         if self.ops.len() < SMALL {
-            // One more place, no more: a small group's room is what it holds.
-            self.ops.reserve_exact(1);
+            // One more key's place, no more: a small group's room is what it holds. The
+            // hashes, 8 bytes each, double instead: a group opening its keys one by one
+            // then moves its hashes through the allocator 3 times in 8, not 8.
             self.values.reserve_exact(1);
+            if self.ops.len() == self.ops.capacity() {
+                self.ops.reserve_exact(self.ops.len().max(1));
+            }
         }
         self.ops.push(op);
         self.values.push(value);
@@ -190,8 +194,12 @@ mod tests {
         let mut map = KeyMap::default();
         for op in 0..SMALL as u64 {
             map.insert(op, op);
-            assert_eq!(map.ops.capacity(), map.len(), "grown one at a time");
-            assert_eq!(map.values.capacity(), map.len());
+            assert_eq!(map.values.capacity(), map.len(), "grown one at a time");
+            assert_eq!(
+                map.ops.capacity(),
+                map.len().next_power_of_two(),
+                "the hashes doubled"
+            );
         }
         assert!(map.index.is_none());
         map.insert(SMALL as u64, 0);

@@ -459,7 +459,7 @@ impl Tracker {
             let evicted = evict_lru(shard, now, p, out);
             self.keys.fetch_sub(evicted, Ordering::Relaxed);
         }
-        let name = shard.names.intern(&operation.to_string());
+        let name = shard.names.intern_display(operation);
         let group = shard
             .groups
             .entry(obs.group)

@@ -4,6 +4,7 @@
 
 use super::group::OPERATION_MAX;
 use foldhash::HashSet;
+use std::fmt::{Display, Write};
 use std::sync::Arc;
 
 /// The fewest removed keys that make [`Names::removed`] look for unused names.
@@ -17,6 +18,9 @@ pub(super) struct Names {
     set: HashSet<Arc<str>>,
     /// Keys removed since unused names were last dropped.
     removed: usize,
+    /// Where [`Names::intern_display`] writes a name to look it up: one buffer for the
+    /// shard, not a fresh string for each key it opens.
+    scratch: String,
 }
 
 impl Names {
@@ -32,6 +36,18 @@ impl Names {
         }
         let kept: Arc<str> = Arc::from(name);
         self.set.insert(Arc::clone(&kept));
+        kept
+    }
+
+    /// The shard's copy of the name `name` displays as (see [`Names::intern`]), written into
+    /// a buffer the shard keeps.
+    pub(super) fn intern_display(&mut self, name: &dyn Display) -> Arc<str> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        // Writing into a String cannot fail.
+        let _ = write!(scratch, "{name}");
+        let kept = self.intern(&scratch);
+        self.scratch = scratch;
         kept
     }
 
@@ -63,6 +79,14 @@ mod tests {
         let b = names.intern("tools/call search");
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(names.len(), 1);
+        let shown = names.intern_display(&format_args!("tools/call {}", "search"));
+        assert!(Arc::ptr_eq(&a, &shown), "a displayed name is the same name");
+        let other = names.intern_display(&"tools/list");
+        assert_eq!(
+            &*other, "tools/list",
+            "the buffer holds only the name written last"
+        );
+        assert_eq!(names.len(), 2);
         let long = "é".repeat(40);
         let cut = names.intern(&long);
         assert_eq!(
