@@ -5,7 +5,8 @@
 //! without forwarding, and `path/whole_tree_*` the same for the same calls as real stacks
 //! describe them (`workload::Trees`: an agent's span, a protocol span, its HTTP child, half of
 //! the calls split over two requests; about 99 spans a request). Also the tracker's sharding:
-//! two threads at once, one lock vs sixteen.
+//! two threads at once, one lock vs sixteen; and a scrape of `/metrics` at 10,000 series in
+//! the 0.0.4 text format and in OpenMetrics with exemplars.
 //!
 //!     cargo bench --bench pipeline
 
@@ -15,12 +16,14 @@ use prost::Message;
 use refusal_gate::classify::Kind;
 use refusal_gate::classify::{self, Outcome};
 use refusal_gate::clock;
-use refusal_gate::config::{Config, TrackerConfig};
+use refusal_gate::config::{Config, MetricsConfig, TrackerConfig};
 use refusal_gate::discovery::Declared;
 use refusal_gate::extract::{self, Discovery};
+use refusal_gate::metrics::Metrics;
+use refusal_gate::openmetrics::Format;
 use refusal_gate::otlp::wire;
 use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
-use refusal_gate::tracker::{Event, GroupId, Observation, Tracker};
+use refusal_gate::tracker::{Event, GroupId, Observation, Tracker, Violation};
 use refusal_gate::workload;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -117,6 +120,7 @@ fn stages(c: &mut Criterion) {
             discovery_read: false,
             trace_id: [0; 16],
             span_id: [0; 8],
+            end: 0,
         })
         .collect();
     g.bench_function("count", |b| {
@@ -258,5 +262,46 @@ fn sharding(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, sharding);
+/// `/metrics` written at 10,000 series: 2,000 (client, interface) pairs, each with an
+/// attempt of class ok, a refusal, a violation, a discovery read and an honored refusal; the
+/// refusal and violation series carry exemplars in OpenMetrics.
+fn scrape(c: &mut Criterion) {
+    let metrics = Metrics::new(&MetricsConfig {
+        max_clients: 100_000,
+        max_series: 100_000,
+        ..MetricsConfig::default()
+    });
+    for n in 0..2_000u64 {
+        let labels = metrics.labels(n, &format!("agent-{n}"), 7, "http://mcp.test:8080/mcp");
+        let counted = |kind, violation| Event::Counted {
+            operation: None,
+            labels,
+            kind,
+            violation,
+            discovery_read: violation.is_some(),
+            trace_id: [n as u8; 16],
+            span_id: n.to_be_bytes(),
+            end: clock::now(),
+        };
+        metrics.record(&[
+            counted(Kind::Ok, None),
+            counted(
+                Kind::InterfaceNotDeclared,
+                Some(Violation::ProbeAfterRefusal),
+            ),
+            Event::Honored { labels },
+        ]);
+    }
+    let mut g = c.benchmark_group("scrape_10000_series");
+    g.throughput(Throughput::Elements(10_000));
+    for (name, format) in [
+        ("text_0.0.4", Format::Text),
+        ("openmetrics_exemplars", Format::OpenMetrics("1.0.0")),
+    ] {
+        g.bench_function(name, |b| b.iter(|| metrics.render_as(black_box(format))));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, stages, sharding, scrape);
 criterion_main!(benches);

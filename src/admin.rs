@@ -13,7 +13,7 @@ use crate::access::Tokens;
 use crate::console;
 use crate::pipeline::Pipeline;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -143,18 +143,22 @@ async fn client(State(admin): State<Admin>, Path(name): Path<String>) -> axum::r
     }
 }
 
-async fn metrics(State(admin): State<Admin>) -> impl IntoResponse {
+/// `/metrics`: OpenMetrics text (with exemplars) when the scraper's `Accept` asks for it, as
+/// Prometheus does; the 0.0.4 text format otherwise.
+async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> impl IntoResponse {
     admin.pipeline.settle(true, crate::clock::now());
     admin
         .pipeline
         .metrics()
         .set_tracker_keys(admin.pipeline.tracker().keys());
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = crate::openmetrics::negotiate(accept);
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        admin.pipeline.metrics().render(),
+        [
+            (header::CONTENT_TYPE, format.content_type()),
+            (header::VARY, "Accept".to_owned()),
+        ],
+        admin.pipeline.metrics().render_as(format),
     )
 }
 

@@ -23,6 +23,7 @@ pub mod extract;
 pub mod gate;
 pub mod label;
 pub mod metrics;
+pub mod openmetrics;
 pub mod otlp;
 pub mod pipeline;
 pub mod receiver;

@@ -12,8 +12,9 @@
 //! places under the caps, and its id is reused (an id carries a generation, so a stale one
 //! is never taken for its successor), counted in `refusal_gate_series_expired_total`.
 
-use crate::classify::Kind;
+use crate::classify::{Class, Kind};
 use crate::config::MetricsConfig;
+use crate::openmetrics::{self, Exemplar, Format};
 use crate::otlp::Transport;
 use crate::tracker::{Event, Violation};
 use foldhash::HashMap;
@@ -45,6 +46,36 @@ struct Pair {
     honored: AtomicU64,
     /// The coarse clock when it last committed a violation (0: never).
     last_violation: AtomicU64,
+    /// The latest attempt counted in each of its series that carry one (a violation, or a
+    /// kind of class `refusal`), for OpenMetrics' exemplars: only the series that have one,
+    /// so a pair that never refused costs an empty vector.
+    exemplars: Mutex<Vec<(Series, Exemplar)>>,
+}
+
+/// A series of a pair that carries an exemplar: of `refusal_gate_violations_total`, or of
+/// `refusal_gate_attempts_total` (a kind of class `refusal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Violation(Violation),
+    Attempts(Kind),
+}
+
+impl Pair {
+    /// Notes `exemplar` as the latest attempt counted in `series`.
+    fn exemplar(&self, series: Series, exemplar: Exemplar) {
+        let mut kept = self
+            .exemplars
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match kept.iter_mut().find(|(s, _)| *s == series) {
+            Some((_, e)) => *e = exemplar,
+            None => {
+                // A place for each series seen, no more: most pairs have one or two.
+                kept.reserve_exact(1);
+                kept.push((series, exemplar));
+            }
+        }
+    }
 }
 
 /// Bits of a pair id that name its slot; the rest is the slot's generation.
@@ -639,6 +670,7 @@ impl Metrics {
             discovery_reads: AtomicU64::new(0),
             honored: AtomicU64::new(0),
             last_violation: AtomicU64::new(0),
+            exemplars: Mutex::new(Vec::new()),
         }));
         names.pairs.insert(key, id);
         id
@@ -721,6 +753,9 @@ impl Metrics {
                     kind,
                     violation,
                     discovery_read,
+                    trace_id,
+                    span_id,
+                    end,
                     ..
                 } => {
                     if last.as_ref().is_none_or(|p| p.id != labels) {
@@ -730,10 +765,19 @@ impl Metrics {
                     p.last_seen
                         .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                     p.attempts[kind as usize].fetch_add(1, Ordering::Relaxed);
+                    let exemplar = Exemplar {
+                        trace_id,
+                        span_id,
+                        at: end,
+                    };
+                    if kind.class() == Class::Refusal {
+                        p.exemplar(Series::Attempts(kind), exemplar);
+                    }
                     if let Some(v) = violation {
                         p.last_violation
                             .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                         p.violations[v as usize].fetch_add(1, Ordering::Relaxed);
+                        p.exemplar(Series::Violation(v), exemplar);
                     }
                     if discovery_read {
                         p.discovery_reads.fetch_add(1, Ordering::Relaxed);
@@ -961,10 +1005,64 @@ impl Metrics {
 
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        // Encoding into a Vec cannot fail for the text format.
-        let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
-        String::from_utf8(buf).unwrap_or_default()
+        self.render_as(Format::Text)
+    }
+
+    /// Every metric in `format`: the 0.0.4 text format, or OpenMetrics text with an
+    /// exemplar on each series that has one (see [`Pair::exemplars`]).
+    pub fn render_as(&self, format: Format) -> String {
+        let families = self.registry.gather();
+        if format == Format::Text {
+            let mut buf = Vec::new();
+            // Encoding into a Vec cannot fail for the text format.
+            let _ = TextEncoder::new().encode(&families, &mut buf);
+            return String::from_utf8(buf).unwrap_or_default();
+        }
+        // The pairs with an exemplar, by their label values: the series' labels are all
+        // the encoder has to go by.
+        let pairs: Vec<Arc<Pair>> = self
+            .pairs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|slot| slot.pair.clone())
+            .filter(|p| {
+                !p.exemplars
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_empty()
+            })
+            .collect();
+        let by_names: HashMap<(&str, &str), &Pair> = pairs
+            .iter()
+            .map(|p| ((&*p.client, &*p.interface), &**p))
+            .collect();
+        openmetrics::encode(&families, &|family, metric| {
+            let label = |name: &str| {
+                metric
+                    .get_label()
+                    .iter()
+                    .find(|l| l.name() == name)
+                    .map(|l| l.value())
+            };
+            let series = match family.name() {
+                "refusal_gate_violations_total" => {
+                    let v = label("violation")?;
+                    Series::Violation(*Violation::ALL.iter().find(|x| x.as_str() == v)?)
+                }
+                "refusal_gate_attempts_total" => {
+                    let k = label("kind")?;
+                    Series::Attempts(*Kind::ALL.iter().find(|x| x.as_str() == k)?)
+                }
+                _ => return None,
+            };
+            let pair = by_names.get(&(label("client")?, label("interface")?))?;
+            let kept = pair
+                .exemplars
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            kept.iter().find(|(s, _)| *s == series).map(|(_, e)| *e)
+        })
     }
 }
 
@@ -986,6 +1084,7 @@ mod tests {
             discovery_read: violation.is_some(),
             trace_id: [0; 16],
             span_id: [0; 8],
+            end: 0,
         }
     }
 
@@ -1023,6 +1122,102 @@ mod tests {
         assert_eq!(pair, Metrics::max_pair_bytes(128) - 15 * 19, "{text}");
         // The figure the documentation gives.
         assert_eq!(Metrics::max_pair_bytes(128), 9_270);
+    }
+
+    #[test]
+    fn every_family_keeps_its_name_and_type_in_openmetrics() {
+        let m = metrics(0);
+        let text = m.render_as(Format::OpenMetrics("1.0.0"));
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        assert!(types.len() >= 5, "{text}");
+        assert!(
+            !types.iter().any(|l| l.ends_with(" unknown")),
+            "every counter is named _total, so none is written as unknown: {types:?}"
+        );
+        for family in m.gather() {
+            let name = family.name();
+            let meta = name.strip_suffix("_total").unwrap_or(name);
+            assert!(
+                types
+                    .iter()
+                    .any(|l| l.starts_with(&format!("# TYPE {meta} "))),
+                "{name} in {types:?}"
+            );
+        }
+    }
+
+    /// `counted_as` of a span whose ids and end are `n`.
+    fn counted_span(labels: u32, kind: Kind, violation: Option<Violation>, n: u8) -> Event {
+        let mut event = counted_as(labels, kind, violation);
+        if let Event::Counted {
+            trace_id,
+            span_id,
+            end,
+            ..
+        } = &mut event
+        {
+            *trace_id = [n; 16];
+            *span_id = [n; 8];
+            *end = u64::from(n) * 1_000_000_000;
+        }
+        event
+    }
+
+    #[test]
+    fn openmetrics_shows_each_refusal_and_violation_series_its_latest_attempt() {
+        let m = metrics(0);
+        let a = m.labels(1, "a", 2, "i");
+        let b = m.labels(3, "b", 2, "i");
+        m.record(&[
+            counted_span(a, Kind::InterfaceNotDeclared, None, 1),
+            counted_span(
+                a,
+                Kind::InterfaceNotDeclared,
+                Some(Violation::ProbeAfterRefusal),
+                2,
+            ),
+            counted_span(a, Kind::Transient, Some(Violation::RetryBudgetExhausted), 3),
+            counted_span(b, Kind::Ok, None, 4),
+            counted_span(b, Kind::ProtocolNotSupported, None, 5),
+        ]);
+        let text = m.render_as(Format::OpenMetrics("1.0.0"));
+        assert!(text.ends_with("# EOF\n"));
+        let with = |ids: u8| {
+            format!(
+                " # {{trace_id=\"{}\",span_id=\"{}\"}} 1 {ids}.000",
+                format!("{ids:02x}").repeat(16),
+                format!("{ids:02x}").repeat(8)
+            )
+        };
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("refusal_gate_attempts") || l.starts_with("refusal_gate_violations")
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                r#"refusal_gate_attempts_total{class="ok",client="b",interface="i",kind="ok"} 1"#.to_owned(),
+                r#"refusal_gate_attempts_total{class="refusal",client="a",interface="i",kind="interface_not_declared"} 2"#.to_owned() + &with(2),
+                r#"refusal_gate_attempts_total{class="refusal",client="b",interface="i",kind="protocol_not_supported"} 1"#.to_owned() + &with(5),
+                r#"refusal_gate_attempts_total{class="transient",client="a",interface="i",kind="transient"} 1"#.to_owned(),
+                r#"refusal_gate_violations_total{client="a",interface="i",violation="probe_after_refusal"} 1"#.to_owned() + &with(2),
+                r#"refusal_gate_violations_total{client="a",interface="i",violation="retry_budget_exhausted"} 1"#.to_owned() + &with(3),
+            ],
+            "{text}"
+        );
+        let plain = m.render();
+        assert!(
+            !plain.contains("trace_id") && !plain.contains("# EOF"),
+            "{plain}"
+        );
+        let pair = m.pair(a).expect("live");
+        assert_eq!(
+            pair.exemplars.lock().expect("not poisoned").capacity(),
+            3,
+            "one place for each series that has an exemplar"
+        );
     }
 
     #[test]

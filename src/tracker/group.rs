@@ -1123,6 +1123,7 @@ fn counted(labels: u32, operation: &Arc<str>, e: &Entry) -> Event {
         discovery_read: e.has(READ),
         trace_id: e.trace_id,
         span_id: e.span_id,
+        end: e.end(),
     }
 }
 

@@ -248,6 +248,8 @@ pub enum Event {
         trace_id: [u8; 16],
         /// The span's id.
         span_id: [u8; 8],
+        /// When the attempt ended (Unix nanoseconds, as the tracker keeps it).
+        end: Nanos,
     },
     /// A refusal was not retried within `probe_window`.
     Honored {
