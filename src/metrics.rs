@@ -157,6 +157,8 @@ pub struct PairFigures {
     pub last_seen: u64,
     /// Unix seconds (coarse) of its latest violation; 0 when none.
     pub last_violation: u64,
+    /// The trace of its latest violating attempt, when it has one.
+    pub last_violation_trace: Option<[u8; 16]>,
 }
 
 /// The receivers', tracker's and exporter's running totals.
@@ -870,6 +872,14 @@ impl Metrics {
                 honored: count(&p.honored),
                 last_seen: p.last_seen.load(Ordering::Relaxed),
                 last_violation: p.last_violation.load(Ordering::Relaxed),
+                last_violation_trace: p
+                    .exemplars
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .filter(|(s, _)| matches!(s, Series::Violation(_)))
+                    .max_by_key(|(_, e)| e.at)
+                    .map(|(_, e)| e.trace_id),
             })
             .collect()
     }

@@ -105,10 +105,14 @@ async fn the_live_console_tells_the_federations_story_in_a_browser() {
         return;
     }
     let dir = temp_dir("live");
+    // `admin.ui.trace_url` (the admin section goes on from the ports binary_config writes).
     let (config, ports) = binary_config(
         &dir,
         "console",
-        &std::fs::read_to_string(example("federation.yaml")).expect("the interfaces"),
+        &format!(
+            "  ui: {{ trace_url: \"http://tempo.test/trace/{{trace_id}}\" }}\n{}",
+            std::fs::read_to_string(example("federation.yaml")).expect("the interfaces")
+        ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
     send_recording(ports.http, &example("federation.jsonl")).await;
@@ -117,6 +121,40 @@ async fn the_live_console_tells_the_federations_story_in_a_browser() {
     let fleet = dom(&dir, &format!("{base}/"));
     let story = dom(&dir, &format!("{base}/clients/prober-agent"));
     assert_federation(&fleet, &story);
+
+    // The prober's row links its latest violation to that call's trace.
+    let status = reqwest::get(format!("{base}/api/v1/status?limit=1"))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("a body");
+    let status: serde_json::Value = serde_json::from_str(&status).expect("JSON");
+    let prober = &status["fleet"]["rows"]["rows"][0];
+    let trace = prober["last_violation_trace"].as_str().expect("a trace");
+    assert!(
+        std::fs::read_to_string(example("federation.jsonl"))
+            .expect("the recording")
+            .contains(&format!("\"traceId\":\"{trace}\"")),
+        "{trace} is a trace of the recording"
+    );
+    let alerted: Vec<&str> = status["alerts"]
+        .as_array()
+        .expect("alerts")
+        .iter()
+        .filter(|a| a["client"] == prober["client"] && a["interface"] == prober["interface"])
+        .filter_map(|a| a["trace_id"].as_str())
+        .collect();
+    assert!(
+        alerted.contains(&trace),
+        "the latest violating call, as its alert names it: {trace} in {alerted:?}"
+    );
+    let link = format!("http://tempo.test/trace/{trace}");
+    assert_eq!(prober["last_violation_trace_url"], link.as_str());
+    assert!(
+        fleet.contains(&format!("<a href=\"{link}\" data-trace=\"{trace}\"")),
+        "the page links the row's last violation: {fleet}"
+    );
     screenshot(&dir, &format!("{base}/"), "fleet.png");
     screenshot(&dir, &format!("{base}/clients/prober-agent"), "story.png");
 

@@ -102,7 +102,9 @@ function table(page) {
     <td>${num(r.attempts)}</td>${CLASSES.map((c) => `<td>${num(r.classes[c])}</td>`).join("")}
     <td class="${r.avoidable ? "bad" : ""}">${num(r.avoidable)}</td>
     ${VIOLATIONS.map((v) => `<td>${num(r.violations[v])}</td>`).join("")}
-    <td>${num(r.honored)}</td><td>${when(r.last_violation)}</td></tr>`).join("");
+    <td>${num(r.honored)}</td><td>${r.last_violation_trace_url
+      ? `<a href="${esc(r.last_violation_trace_url)}" data-trace="${esc(r.last_violation_trace)}" title="the latest violation's trace">${when(r.last_violation)}</a>`
+      : when(r.last_violation)}</td></tr>`).join("");
   const to = Math.min(page.offset + page.rows.length, page.total);
   return `<div class="filters">
       <input id="f-client" placeholder="client contains" value="${esc(state.client)}">

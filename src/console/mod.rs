@@ -44,8 +44,9 @@ pub struct FleetQuery {
     pub limit: Option<usize>,
 }
 
-/// One (client, interface) row of the fleet.
-fn row(p: &crate::metrics::PairFigures) -> Value {
+/// One (client, interface) row of the fleet; its latest violation links to its trace when
+/// `trace_url` is a template.
+fn row(p: &crate::metrics::PairFigures, trace_url: Option<&str>) -> Value {
     let mut classes = Map::new();
     for class in Class::ALL {
         classes.insert(class.as_str().into(), 0.into());
@@ -59,6 +60,9 @@ fn row(p: &crate::metrics::PairFigures) -> Value {
             .or_insert_with(|| 0.into());
         *c = (c.as_u64().unwrap_or(0) + n).into();
     }
+    let trace = p
+        .last_violation_trace
+        .map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>());
     let mut violations = Map::new();
     let mut avoidable = 0;
     for (v, violation) in Violation::ALL.iter().enumerate() {
@@ -82,6 +86,10 @@ fn row(p: &crate::metrics::PairFigures) -> Value {
         "honored": p.honored,
         "last_seen": p.last_seen,
         "last_violation": (p.last_violation > 0).then_some(p.last_violation),
+        "last_violation_trace": trace.as_deref(),
+        "last_violation_trace_url": trace
+            .as_deref()
+            .and_then(|t| trace_url.map(|u| u.replace("{trace_id}", t))),
     })
 }
 
@@ -119,7 +127,7 @@ impl Line<'_> {
 
 /// The fleet: every (client, interface) row matching `q`, sorted and paged, the totals, and
 /// the clients with the most avoidable requests. Only the page's rows are written out.
-fn fleet(pipeline: &Pipeline, q: &FleetQuery) -> Value {
+fn fleet(pipeline: &Pipeline, q: &FleetQuery, trace_url: Option<&str>) -> Value {
     let figures = pipeline.metrics().fleet();
     let mut lines: Vec<Line<'_>> = figures
         .iter()
@@ -183,7 +191,7 @@ fn fleet(pipeline: &Pipeline, q: &FleetQuery) -> Value {
         .iter()
         .skip(q.offset)
         .take(limit)
-        .map(|l| row(l.p))
+        .map(|l| row(l.p, trace_url))
         .collect();
     json!({
         "totals": { "attempts": attempts, "avoidable": avoidable, "clients": clients, "pairs": total },
@@ -243,7 +251,7 @@ fn interfaces(pipeline: &Pipeline) -> Value {
 pub fn status(pipeline: &Pipeline, q: &FleetQuery, now: Nanos, trace_url: Option<&str>) -> Value {
     json!({
         "now": now / crate::clock::SECOND,
-        "fleet": fleet(pipeline, q),
+        "fleet": fleet(pipeline, q, trace_url),
         "alerts": alerts(pipeline, now, trace_url),
         "interfaces": interfaces(pipeline),
         "health": pipeline.metrics().health(),
@@ -393,7 +401,7 @@ fn stories(
         figures
             .entry(Arc::clone(&p.client))
             .or_default()
-            .push(row(p));
+            .push(row(p, trace_url));
     }
     let mut histories: HashMap<Arc<str>, Vec<GroupHistory>> = HashMap::new();
     // Compared as they are: one group's names are not copied to be looked at.
