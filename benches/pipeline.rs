@@ -6,7 +6,7 @@
 //! describe them (`workload::Trees`: an agent's span, a protocol span, its HTTP child, half of
 //! the calls split over two requests; about 99 spans a request). Also the tracker's sharding:
 //! two threads at once, one lock vs sixteen; and a scrape of `/metrics` at 10,000 series in
-//! the 0.0.4 text format and in OpenMetrics with exemplars.
+//! the 0.0.4 text format and in OpenMetrics with exemplars, and the OTLP push of the same.
 //!
 //!     cargo bench --bench pipeline
 
@@ -300,6 +300,17 @@ fn scrape(c: &mut Criterion) {
     ] {
         g.bench_function(name, |b| b.iter(|| metrics.render_as(black_box(format))));
     }
+    // The same families as the OTLP metrics exporter pushes them, encoded.
+    let resource = refusal_gate::push::resource("bench");
+    g.bench_function("otlp_push_request", |b| {
+        b.iter(|| {
+            metrics.with_exemplars(|families, exemplar| {
+                refusal_gate::push::request(families, exemplar, resource.clone(), 0, 1)
+                    .encode_to_vec()
+                    .len()
+            })
+        })
+    });
     g.finish();
 }
 

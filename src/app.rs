@@ -73,6 +73,9 @@ pub struct Server {
     delivery: Option<(Arc<alert::delivery::Delivery>, JoinHandle<()>)>,
     /// Forwards the tagged spans, when an exporter is configured.
     sender: Option<JoinHandle<()>>,
+    /// Pushes the counters over OTLP, when `exporters.otlp_metrics` is set: its stop signal
+    /// (a last push follows) and its task.
+    push: Option<(watch::Sender<bool>, JoinHandle<()>)>,
     drain_timeout: Duration,
     /// The receivers' and the admin endpoint's bearer tokens: token files are re-read on
     /// reload.
@@ -438,6 +441,17 @@ impl Server {
             }
             None => None,
         };
+        let pusher = match &config.exporters.otlp_metrics {
+            Some(push) => Some(
+                crate::push::Pusher::new(push, &config.base_dir).with_context(|| {
+                    format!(
+                        "cannot set up the OTLP metrics exporter to {}",
+                        push.endpoint
+                    )
+                })?,
+            ),
+            None => None,
+        };
         let state_file = config
             .tracker
             .state_file
@@ -556,6 +570,11 @@ impl Server {
             }
             _ => None,
         };
+        let (stop_push, push_stop) = watch::channel(false);
+        let push = pusher.map(|pusher| {
+            let task = pusher.run(Arc::clone(&pipeline), push_stop);
+            tokio::spawn(supervisor.watch("metrics push", task))
+        });
         let delivery = config.alerting.alertmanager.as_ref().map(|am| {
             let delivery = Arc::new(alert::delivery::Delivery::new(
                 Arc::clone(pipeline.alerter()),
@@ -580,6 +599,7 @@ impl Server {
             http_client,
             delivery,
             sender,
+            push: push.map(|task| (stop_push, task)),
             drain_timeout: config
                 .exporters
                 .otlp
@@ -704,6 +724,14 @@ impl Server {
                     undelivered,
                     "Spans could not be forwarded before the drain deadline."
                 );
+            }
+        }
+        if let Some((stop, task)) = self.push.take() {
+            // One last push, within what is left (its own timeout bounds it too).
+            let _ = stop.send(true);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(left, task).await.is_err() {
+                tracing::warn!("The last OTLP metrics push did not finish in time.");
             }
         }
         if let Some(path) = self.state_file.clone() {

@@ -422,17 +422,82 @@ pub enum Downstream {
 /// # Errors
 /// Naming the setting and the file that cannot be read or holds no certificate or key.
 pub fn check_tls(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<()> {
-    tls_files(config, base_dir).map(drop)
+    check_next_hop_tls(
+        &config.endpoint,
+        config.tls.as_ref(),
+        "exporters.otlp",
+        base_dir,
+    )
+}
+
+/// [`check_tls`] for any exporter: the TLS files of `section` towards `endpoint`.
+///
+/// # Errors
+/// As [`check_tls`].
+pub fn check_next_hop_tls(
+    endpoint: &str,
+    tls: Option<&ExporterTlsConfig>,
+    section: &str,
+    base_dir: &Path,
+) -> anyhow::Result<()> {
+    tls_files(endpoint, tls, section, base_dir).map(drop)
 }
 
 /// The TLS files of an `https://` endpoint, read and checked (none named: the built-in
-/// roots alone); `None` for a plain `http://` one.
-fn tls_files(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<Option<TlsFiles>> {
-    if !config.endpoint.starts_with("https://") {
+/// roots alone); `None` for a plain `http://` one. `section` names the exporter in errors.
+fn tls_files(
+    endpoint: &str,
+    tls: Option<&ExporterTlsConfig>,
+    section: &str,
+    base_dir: &Path,
+) -> anyhow::Result<Option<TlsFiles>> {
+    if !endpoint.starts_with("https://") {
         return Ok(None);
     }
     let none = ExporterTlsConfig::default();
-    TlsFiles::read(config.tls.as_ref().unwrap_or(&none), base_dir).map(Some)
+    TlsFiles::read(tls.unwrap_or(&none), section, base_dir).map(Some)
+}
+
+/// A lazily connecting gRPC channel to `endpoint`, with TLS for `https://` (files of
+/// `section`'s `tls`, read from `base_dir`).
+///
+/// # Errors
+/// When the endpoint is not a valid URI, or a TLS file cannot be read or used.
+pub fn grpc_channel(
+    endpoint: &str,
+    tls: Option<&ExporterTlsConfig>,
+    section: &str,
+    timeout: std::time::Duration,
+    base_dir: &Path,
+) -> anyhow::Result<tonic::transport::Channel> {
+    let files = tls_files(endpoint, tls, section, base_dir)?;
+    let mut channel =
+        tonic::transport::Endpoint::from_shared(endpoint.to_owned())?.connect_timeout(timeout);
+    if let Some(files) = files {
+        channel = channel
+            .tls_config(files.grpc())
+            .with_context(|| format!("cannot use {section}.tls"))?;
+    }
+    Ok(channel.connect_lazy())
+}
+
+/// An HTTP client for `endpoint`, with TLS for `https://` as [`grpc_channel`].
+///
+/// # Errors
+/// When a TLS file cannot be read or used, or the client cannot be built.
+pub fn http_client(
+    endpoint: &str,
+    tls: Option<&ExporterTlsConfig>,
+    section: &str,
+    base_dir: &Path,
+) -> anyhow::Result<reqwest::Client> {
+    let mut client = reqwest::Client::builder();
+    if let Some(files) = tls_files(endpoint, tls, section, base_dir)? {
+        client = files
+            .http(client)
+            .with_context(|| format!("cannot use {section}.tls"))?;
+    }
+    Ok(client.build()?)
 }
 
 /// The PEM files of `exporters.otlp.tls`, read: what either client is built with.
@@ -446,7 +511,7 @@ struct TlsFiles {
 impl TlsFiles {
     /// Reads the files `tls` names, relative to `base_dir`, and checks that each holds what
     /// it should: neither client would say so before its first send.
-    fn read(tls: &ExporterTlsConfig, base_dir: &Path) -> anyhow::Result<TlsFiles> {
+    fn read(tls: &ExporterTlsConfig, section: &str, base_dir: &Path) -> anyhow::Result<TlsFiles> {
         use rustls::pki_types::pem::PemObject;
         use rustls::pki_types::{CertificateDer, PrivateKeyDer};
         let certificates = |pem: &[u8]| {
@@ -469,7 +534,7 @@ impl TlsFiles {
                 match bytes.and_then(|b| check(&b).map(|()| b)) {
                     Ok(bytes) => Ok(Some(bytes)),
                     Err(problem) => Err(anyhow::anyhow!(
-                        "exporters.otlp.tls.{setting} {}: {problem}",
+                        "{section}.tls.{setting} {}: {problem}",
                         path.display()
                     )),
                 }
@@ -677,22 +742,12 @@ impl Downstream {
     /// When the endpoint is not a valid URI, a TLS file cannot be read or used, or the HTTP
     /// client cannot be built.
     pub fn new(config: &OtlpExporterConfig, base_dir: &Path) -> anyhow::Result<Downstream> {
-        let tls = tls_files(config, base_dir)?;
+        let (endpoint, tls, section) = (&config.endpoint, config.tls.as_ref(), "exporters.otlp");
         match config.protocol {
-            ExportProtocol::Grpc => {
-                let mut endpoint =
-                    tonic::transport::Endpoint::from_shared(config.endpoint.clone())?
-                        .connect_timeout(config.timeout);
-                if let Some(files) = tls {
-                    endpoint = endpoint
-                        .tls_config(files.grpc())
-                        .context("cannot use exporters.otlp.tls")?;
-                }
-                Ok(Downstream::Grpc(
-                    endpoint.connect_lazy(),
-                    Packer::new(config.compression)?,
-                ))
-            }
+            ExportProtocol::Grpc => Ok(Downstream::Grpc(
+                grpc_channel(endpoint, tls, section, config.timeout, base_dir)?,
+                Packer::new(config.compression)?,
+            )),
             ExportProtocol::HttpProtobuf => {
                 let base = config.endpoint.trim_end_matches('/');
                 let url = if base.ends_with("/v1/traces") {
@@ -700,14 +755,8 @@ impl Downstream {
                 } else {
                     format!("{base}/v1/traces")
                 };
-                let mut client = reqwest::Client::builder();
-                if let Some(files) = tls {
-                    client = files
-                        .http(client)
-                        .context("cannot use exporters.otlp.tls")?;
-                }
                 Ok(Downstream::Http(
-                    client.build()?,
+                    http_client(endpoint, tls, section, base_dir)?,
                     url,
                     Packer::new(config.compression)?,
                 ))

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod openmetrics;
 pub mod otlp;
 pub mod pipeline;
+pub mod push;
 pub mod receiver;
 pub mod replay;
 pub mod retry;

@@ -88,6 +88,14 @@ fn validate_tls(config: &Config) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("{what}.tls: {e}"))?;
         }
     }
+    if let Some(push) = &config.exporters.otlp_metrics {
+        refusal_gate::export::check_next_hop_tls(
+            &push.endpoint,
+            push.tls.as_ref(),
+            "exporters.otlp_metrics",
+            &config.base_dir,
+        )?;
+    }
     match &config.exporters.otlp {
         Some(otlp) => refusal_gate::export::check_tls(otlp, &config.base_dir),
         None => Ok(()),

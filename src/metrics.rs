@@ -18,6 +18,7 @@ use crate::openmetrics::{self, Exemplar, Format};
 use crate::otlp::Transport;
 use crate::tracker::{Event, Violation};
 use foldhash::HashMap;
+use prometheus::proto::{Metric, MetricFamily};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -212,6 +213,7 @@ pub struct Metrics {
     evictions: IntCounterVec,
     label_overflow: IntCounterVec,
     label_truncated: IntCounterVec,
+    metric_pushes: IntCounterVec,
     document_loads: IntCounterVec,
     alerts: IntCounterVec,
     alert_deliveries: IntCounterVec,
@@ -448,6 +450,12 @@ impl Metrics {
             "Attempts whose client or interface label was replaced by __overflow__.",
             &["label"],
         );
+        let metric_pushes = counter_vec(
+            &r,
+            "refusal_gate_exporter_metric_pushes_total",
+            "Pushes of the OTLP metrics exporter: sent, retried (a try that failed and is tried again) or failed (given up).",
+            &["outcome"],
+        );
         let label_truncated = counter_vec(
             &r,
             "refusal_gate_label_truncated_total",
@@ -572,6 +580,7 @@ impl Metrics {
             evictions,
             label_overflow,
             label_truncated,
+            metric_pushes,
             document_loads,
             alerts,
             alert_deliveries,
@@ -1021,15 +1030,25 @@ impl Metrics {
     /// Every metric in `format`: the 0.0.4 text format, or OpenMetrics text with an
     /// exemplar on each series that has one (see [`Pair::exemplars`]).
     pub fn render_as(&self, format: Format) -> String {
-        let families = self.registry.gather();
         if format == Format::Text {
             let mut buf = Vec::new();
             // Encoding into a Vec cannot fail for the text format.
-            let _ = TextEncoder::new().encode(&families, &mut buf);
+            let _ = TextEncoder::new().encode(&self.registry.gather(), &mut buf);
             return String::from_utf8(buf).unwrap_or_default();
         }
+        self.with_exemplars(|families, exemplar| openmetrics::encode(families, exemplar))
+    }
+
+    /// Calls `f` with every metric family and the exemplar of a series of them (the latest
+    /// attempt counted in a violation series, or in an attempts series of class `refusal`):
+    /// what the OpenMetrics format and the OTLP push write.
+    pub fn with_exemplars<R>(
+        &self,
+        f: impl FnOnce(&[MetricFamily], &dyn Fn(&MetricFamily, &Metric) -> Option<Exemplar>) -> R,
+    ) -> R {
+        let families = self.registry.gather();
         // The pairs with an exemplar, by their label values: the series' labels are all
-        // the encoder has to go by.
+        // a writer has to go by.
         let pairs: Vec<Arc<Pair>> = self
             .pairs
             .read()
@@ -1047,7 +1066,7 @@ impl Metrics {
             .iter()
             .map(|p| ((&*p.client, &*p.interface), &**p))
             .collect();
-        openmetrics::encode(&families, &|family, metric| {
+        f(&families, &|family, metric| {
             let label = |name: &str| {
                 metric
                     .get_label()
@@ -1073,6 +1092,12 @@ impl Metrics {
                 .unwrap_or_else(PoisonError::into_inner);
             kept.iter().find(|(s, _)| *s == series).map(|(_, e)| *e)
         })
+    }
+
+    /// Counts a push of the OTLP metrics exporter: `sent`, `retried` (a try that failed and
+    /// is tried again) or `failed` (given up: refused, or the next push was due).
+    pub fn metric_push(&self, outcome: &str) {
+        self.metric_pushes.with_label_values(&[outcome]).inc();
     }
 }
 

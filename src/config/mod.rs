@@ -559,6 +559,36 @@ impl Default for MetricsConfig {
 pub struct Exporters {
     /// Forward every span, attempts tagged, over OTLP. Off when absent.
     pub otlp: Option<OtlpExporterConfig>,
+    /// Push the families of `/metrics` over OTLP every `interval`. Off when absent.
+    pub otlp_metrics: Option<OtlpMetricsConfig>,
+}
+
+/// `exporters.otlp_metrics`: the families of `/metrics` pushed as OTLP metrics, for a
+/// backend that does not scrape. Speaks like `exporters.otlp`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpMetricsConfig {
+    /// `http://host:port` (gRPC), or the base URL for `http/protobuf` (`/v1/metrics` added).
+    pub endpoint: String,
+    /// `grpc` or `http/protobuf`.
+    #[serde(default = "default_export_protocol")]
+    pub protocol: ExportProtocol,
+    /// Headers (gRPC metadata) sent with every request.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// `gzip`, `zstd` or `none`.
+    #[serde(default = "default_compression")]
+    pub compression: Compression,
+    /// TLS towards an `https://` endpoint, as for `exporters.otlp`.
+    #[serde(default)]
+    pub tls: Option<ExporterTlsConfig>,
+    /// How long one push may take.
+    #[serde(default = "default_export_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// How often the counters are pushed (a failed push is retried until the next is due,
+    /// which carries the counts whole).
+    #[serde(default = "default_push_interval", deserialize_with = "duration")]
+    pub interval: Duration,
 }
 
 /// How the exporter speaks OTLP.
@@ -689,6 +719,9 @@ fn default_compression() -> Compression {
 }
 fn default_export_timeout() -> Duration {
     Duration::from_secs(10)
+}
+fn default_push_interval() -> Duration {
+    Duration::from_secs(60)
 }
 fn default_queue_size() -> usize {
     100_000

@@ -115,28 +115,7 @@ impl Config {
             }
         }
         if let Some(otlp) = &self.exporters.otlp {
-            if !(otlp.endpoint.starts_with("http://") || otlp.endpoint.starts_with("https://"))
-                || crate::url::split_url(&otlp.endpoint).is_err()
-            {
-                return invalid(
-                    "exporters.otlp.endpoint".into(),
-                    "must be an http:// or https:// URL such as http://127.0.0.1:4317",
-                );
-            }
-            if let Some(tls) = &otlp.tls {
-                if !otlp.endpoint.starts_with("https://") {
-                    return invalid(
-                        "exporters.otlp.tls".into(),
-                        "is for an https:// endpoint; this endpoint is plain http://",
-                    );
-                }
-                if tls.cert_file.is_some() != tls.key_file.is_some() {
-                    return invalid(
-                        "exporters.otlp.tls".into(),
-                        "cert_file and key_file go together: set both or neither",
-                    );
-                }
-            }
+            check_next_hop("exporters.otlp", &otlp.endpoint, otlp.tls.as_ref())?;
             if otlp.queue_size == 0
                 || otlp.batch_size == 0
                 || otlp.queue_size_mib == 0
@@ -151,6 +130,15 @@ impl Config {
                 return invalid(
                     "exporters.otlp".into(),
                     "timeout and batch_interval must be longer than 0",
+                );
+            }
+        }
+        if let Some(push) = &self.exporters.otlp_metrics {
+            check_next_hop("exporters.otlp_metrics", &push.endpoint, push.tls.as_ref())?;
+            if push.timeout.is_zero() || push.interval.is_zero() {
+                return invalid(
+                    "exporters.otlp_metrics".into(),
+                    "timeout and interval must be longer than 0",
                 );
             }
         }
@@ -253,4 +241,42 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The checks of an exporter's next hop (`key` is its section): an `http://` or `https://`
+/// URL, and TLS files only for `https://`, a certificate and its key together.
+fn check_next_hop(
+    key: &str,
+    endpoint: &str,
+    tls: Option<&super::ExporterTlsConfig>,
+) -> Result<(), ConfigError> {
+    let invalid = |key: String, problem: &str| {
+        Err(ConfigError::Invalid {
+            key,
+            problem: problem.to_owned(),
+        })
+    };
+    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://"))
+        || crate::url::split_url(endpoint).is_err()
+    {
+        return invalid(
+            format!("{key}.endpoint"),
+            "must be an http:// or https:// URL such as http://127.0.0.1:4317",
+        );
+    }
+    if let Some(tls) = tls {
+        if !endpoint.starts_with("https://") {
+            return invalid(
+                format!("{key}.tls"),
+                "is for an https:// endpoint; this endpoint is plain http://",
+            );
+        }
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            return invalid(
+                format!("{key}.tls"),
+                "cert_file and key_file go together: set both or neither",
+            );
+        }
+    }
+    Ok(())
 }
