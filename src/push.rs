@@ -401,7 +401,7 @@ impl Pusher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus::{CounterVec, Histogram, HistogramOpts, IntGauge, Opts, Registry};
+    use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntGauge, Opts, Registry};
 
     #[test]
     fn families_become_otlp_metrics_with_their_labels_and_exemplars() {
@@ -416,13 +416,14 @@ mod tests {
         let keys = IntGauge::new("rg_keys", "Keys.").expect("valid");
         r.register(Box::new(keys.clone())).expect("once");
         keys.set(7);
-        let hist = Histogram::with_opts(
+        let hist = HistogramVec::new(
             HistogramOpts::new("rg_seconds", "Latency.").buckets(vec![0.5, 1.0]),
+            &["transport"],
         )
         .expect("valid");
         r.register(Box::new(hist.clone())).expect("once");
         for v in [0.25, 0.75, 0.8, 2.0] {
-            hist.observe(v);
+            hist.with_label_values(&["grpc"]).observe(v);
         }
         let e = Exemplar {
             trace_id: [1; 16],
@@ -437,6 +438,7 @@ mod tests {
             20,
         );
         let rm = &request.resource_metrics[0];
+        let metrics = &rm.scope_metrics[0].metrics;
         let attrs: Vec<(&str, String)> = rm
             .resource
             .as_ref()
@@ -452,7 +454,22 @@ mod tests {
             .collect();
         assert!(attrs.contains(&("service.name", "Some(StringValue(\"refusal-gate\"))".into())));
         assert!(attrs.contains(&("service.instance.id", "Some(StringValue(\"i-1\"))".into())));
-        let metrics = &rm.scope_metrics[0].metrics;
+        assert!(attrs.contains(&(
+            "service.version",
+            format!("Some(StringValue({:?}))", env!("CARGO_PKG_VERSION"))
+        )));
+        let descriptions: Vec<(&str, &str)> = metrics
+            .iter()
+            .map(|m| (m.name.as_str(), m.description.as_str()))
+            .collect();
+        assert_eq!(
+            descriptions,
+            [
+                ("rg_keys", "Keys."),
+                ("rg_seconds", "Latency."),
+                ("rg_violations_total", "Violations.")
+            ]
+        );
         let by_name = |name: &str| {
             metrics
                 .iter()
@@ -482,6 +499,11 @@ mod tests {
         assert_eq!(point.exemplars[0].trace_id, vec![1; 16]);
         assert_eq!(point.exemplars[0].span_id, vec![2; 8]);
         assert_eq!(point.exemplars[0].time_unix_nano, 99);
+        assert_eq!(
+            point.exemplars[0].value,
+            Some(otlp::exemplar::Value::AsDouble(1.0)),
+            "one attempt"
+        );
         let otlp::metric::Data::Gauge(gauge) = by_name("rg_keys") else {
             panic!("a gauge")
         };
@@ -490,6 +512,13 @@ mod tests {
             Some(otlp::number_data_point::Value::AsDouble(7.0))
         );
         assert!(gauge.data_points[0].exemplars.is_empty());
+        assert_eq!(
+            (
+                gauge.data_points[0].start_time_unix_nano,
+                gauge.data_points[0].time_unix_nano
+            ),
+            (10, 20)
+        );
         let otlp::metric::Data::Histogram(h) = by_name("rg_seconds") else {
             panic!("a histogram")
         };
@@ -497,6 +526,12 @@ mod tests {
         assert_eq!(p.explicit_bounds, vec![0.5, 1.0]);
         assert_eq!(p.bucket_counts, vec![1, 2, 1], "per bucket, +Inf last");
         assert_eq!((p.count, p.sum), (4, Some(3.8)));
+        assert_eq!(p.attributes, vec![string("transport", "grpc")]);
+        assert_eq!((p.start_time_unix_nano, p.time_unix_nano), (10, 20));
+        assert_eq!(
+            h.aggregation_temporality,
+            otlp::AggregationTemporality::Cumulative as i32
+        );
     }
 
     #[test]
