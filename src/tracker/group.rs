@@ -22,9 +22,6 @@ pub const OPERATION_MAX: usize = 64;
 /// Pending attempts a key holds beyond its settled history before the oldest settle early:
 /// what bounds memory when one key is flooded within a reorder window.
 const MAX_PENDING_PER_KEY: usize = 32;
-/// Places beyond its depth a key's history keeps once its pending attempts settle, when it
-/// grew into them (`give_back`).
-const ROOM_KEPT: usize = 2;
 
 /// One attempt in a key's history: 40 bytes (a test keeps it so; it is most of a key's
 /// memory). Its length, and so its end, is kept to one part in 2^18 ([`Length`]); its
@@ -618,8 +615,13 @@ impl Group {
         let in_order = key.tail.precedes(&entry);
         if in_order && key.history.len() < p.depth + MAX_PENDING_PER_KEY {
             // The settled attempts that would leave once it is in leave first, so that a key
-            // needs no room beyond its depth (they see it arrive: `trim_key`).
-            self.pending -= trim_key(key, self.labels, now, p, Some(&entry), out);
+            // needs no room beyond its depth (they see it arrive: `trim_key`). Only settled
+            // attempts leave so, short of the pending bound: nothing is settled here.
+            let settled = trim_key(key, self.labels, now, p, Some(&entry), out);
+            debug_assert_eq!(
+                settled, 0,
+                "only settled attempts leave ahead of one arriving"
+            );
         }
         let at = if in_order {
             key.history.len()
@@ -1004,12 +1006,16 @@ fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
     false
 }
 
-/// Keeps a key's history within bounds: beyond `depth` entries the oldest settled ones
-/// leave (refusals among them judged by what the history shows); pending ones stay until they
 /// The most attempts a key's history holds at once: its settled depth, the pending ones
 /// past it before the oldest settle early, and the one arriving before it is trimmed.
 fn most_held(p: &Params) -> usize {
     p.depth + MAX_PENDING_PER_KEY + 1
+}
+
+/// The room a key's history keeps once its pending attempts settle, when it grew into it:
+/// what its first growth gives it, half as much again as its depth (`give_back`).
+fn room_kept(p: &Params) -> usize {
+    p.depth + p.depth / 2
 }
 
 /// Keeps a key's history within bounds: beyond `depth` entries the oldest settled ones
@@ -1092,7 +1098,7 @@ fn held(history: &[Entry]) -> u16 {
 /// 1.8 KB each, every window: 45,000 keys doing so kept the allocator busy
 /// (docs/performance.md). It gives the room back after a window in which it was not
 /// flooded; what a key holds stays bounded by [`most_held`] either way. Nor does a key give
-/// back the [`ROOM_KEPT`] places its first growth took (from `depth` to `depth + 2`): a key
+/// back the room its first growth took ([`room_kept`], 7 places at the default depth): a key
 /// of a busy fleet takes a few more attempts than its depth a window (some 8 at 10,000
 /// clients) and would otherwise grow and give back every window (measured: 3% of the
 /// server's CPU a span at 10,000 clients). A fresh allocation,
@@ -1101,7 +1107,7 @@ fn held(history: &[Entry]) -> u16 {
 fn give_back(key: &mut Key, p: &Params) {
     let flooded = usize::from(key.held_most) >= most_held(p);
     key.held_most = held(&key.history);
-    if !flooded && key.history.capacity() > p.depth + ROOM_KEPT && key.history.len() <= p.depth {
+    if !flooded && key.history.capacity() > room_kept(p) && key.history.len() <= p.depth {
         let mut fresh = Vec::with_capacity(p.depth);
         fresh.append(&mut key.history);
         key.history = fresh;
@@ -1173,7 +1179,9 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{most_held, Bits, Delay, Entry, Group, Key, Length, Observation, Params};
+    use super::{
+        most_held, room_kept, Bits, Delay, Entry, Group, Key, Length, Observation, Params, SETTLED,
+    };
     use crate::classify::{Kind, Outcome};
     use crate::config::TrackerConfig;
     use crate::discovery::Declared;
@@ -1228,6 +1236,9 @@ mod tests {
                 "{} > {bound}",
                 history.capacity()
             );
+            // The oldest settled early are no longer pending.
+            let pending = history.iter().filter(|e| !e.has(SETTLED)).count();
+            assert_eq!(group.pending as usize, pending, "after {n}");
         }
         // Full, once trimmed after each arrival: the arriving one took the last place.
         assert_eq!(most, bound - 1, "it did fill up");
@@ -1349,17 +1360,18 @@ mod tests {
         assert_eq!(room(&group), p.depth, "a burst: given back");
         // A few more than its depth a window: the little room they took is kept.
         send(&mut group, p.depth as u64 + 1);
+        assert_eq!(room_kept(&p), 7);
+        assert_eq!(room(&group), 7, "grown by half as much again, and kept");
+        send(&mut group, p.depth as u64 + 1);
+        assert_eq!(room(&group), 7, "kept, not grown again");
+        // Past that room (grown to 10): given back.
+        send(&mut group, p.depth as u64 + 4);
         assert_eq!(
             room(&group),
-            p.depth + super::ROOM_KEPT,
-            "grown by two and kept"
+            p.depth,
+            "a burst past the kept room: given back"
         );
         send(&mut group, p.depth as u64 + 1);
-        assert_eq!(
-            room(&group),
-            p.depth + super::ROOM_KEPT,
-            "kept, not grown again"
-        );
         send(&mut group, 20);
         assert_eq!(room(&group), p.depth, "given back after a burst again");
     }
