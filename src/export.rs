@@ -748,19 +748,11 @@ impl Downstream {
                 grpc_channel(endpoint, tls, section, config.timeout, base_dir)?,
                 Packer::new(config.compression)?,
             )),
-            ExportProtocol::HttpProtobuf => {
-                let base = config.endpoint.trim_end_matches('/');
-                let url = if base.ends_with("/v1/traces") {
-                    base.to_owned()
-                } else {
-                    format!("{base}/v1/traces")
-                };
-                Ok(Downstream::Http(
-                    http_client(endpoint, tls, section, base_dir)?,
-                    url,
-                    Packer::new(config.compression)?,
-                ))
-            }
+            ExportProtocol::HttpProtobuf => Ok(Downstream::Http(
+                http_client(endpoint, tls, section, base_dir)?,
+                signal_url(endpoint, "/v1/traces"),
+                Packer::new(config.compression)?,
+            )),
         }
     }
 
@@ -974,6 +966,17 @@ impl http_body::Body for Parts {
     }
 }
 
+/// The OTLP/HTTP URL of a signal (`/v1/traces`, `/v1/metrics`) at `endpoint`: the base URL
+/// with the signal's path added, unless it already ends with it.
+pub fn signal_url(endpoint: &str, path: &str) -> String {
+    let base = endpoint.trim_end_matches('/');
+    if base.ends_with(path) {
+        base.to_owned()
+    } else {
+        format!("{base}{path}")
+    }
+}
+
 async fn send_http(
     client: &reqwest::Client,
     url: &str,
@@ -1035,6 +1038,23 @@ async fn send_http(
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn a_signals_url_is_the_base_with_its_path_added_once() {
+        for (endpoint, url) in [
+            ("http://h:4318", "http://h:4318/v1/traces"),
+            ("http://h:4318/", "http://h:4318/v1/traces"),
+            ("http://h:4318/otlp/", "http://h:4318/otlp/v1/traces"),
+            ("http://h:4318/v1/traces", "http://h:4318/v1/traces"),
+            ("http://h:4318/v1/traces/", "http://h:4318/v1/traces"),
+        ] {
+            assert_eq!(signal_url(endpoint, "/v1/traces"), url, "{endpoint}");
+        }
+        assert_eq!(
+            signal_url("http://h/", "/v1/metrics"),
+            "http://h/v1/metrics"
+        );
+    }
 
     fn batch(n: u8) -> Batch {
         (0..3)

@@ -209,19 +209,11 @@ impl Target {
                     Compression::None => client,
                 })
             }
-            ExportProtocol::HttpProtobuf => {
-                let base = endpoint.trim_end_matches('/');
-                let url = if base.ends_with("/v1/metrics") {
-                    base.to_owned()
-                } else {
-                    format!("{base}/v1/metrics")
-                };
-                Target::Http(
-                    crate::export::http_client(endpoint, tls, section, base_dir)?,
-                    url,
-                    crate::export::Packer::new(config.compression)?,
-                )
-            }
+            ExportProtocol::HttpProtobuf => Target::Http(
+                crate::export::http_client(endpoint, tls, section, base_dir)?,
+                crate::export::signal_url(endpoint, "/v1/metrics"),
+                crate::export::Packer::new(config.compression)?,
+            ),
         })
     }
 
