@@ -576,7 +576,11 @@ impl Group {
     }
 
     /// Adds one attempt; returns its verdict as now known (`Some(None)` for a span already
-    /// tracked), or `None` when its key is not in the group.
+    /// tracked), or `None` when its key is not in the group. When the group's pending
+    /// attempts are due, they settle first, as the sweep would have settled them: a key then
+    /// holds pending what arrives within one reorder window, not a window and the sweep's
+    /// second besides (which grew the histories of a fleet whose keys take about one attempt
+    /// a second).
     pub(super) fn observe(
         &mut self,
         now: Nanos,
@@ -584,6 +588,9 @@ impl Group {
         p: &Params,
         out: &mut Vec<Event>,
     ) -> Option<Option<Judgement>> {
+        if self.due(now, p) {
+            self.settle(now, p, out);
+        }
         let read = obs.discovery == Discovery::Read;
         let entry = Entry {
             start: obs.start,
@@ -1374,6 +1381,40 @@ mod tests {
         send(&mut group, p.depth as u64 + 1);
         send(&mut group, 20);
         assert_eq!(room(&group), p.depth, "given back after a burst again");
+    }
+
+    #[test]
+    fn a_group_due_settles_before_an_attempt_arrives_so_a_key_holds_one_window() {
+        let p = Params::new(&TrackerConfig::default());
+        let second = 1_000_000_000;
+        assert_eq!(p.reorder_window, 5 * second);
+        let mut group = one_key(&p);
+        let mut out = Vec::new();
+        // One attempt a second, never swept: each settles once its window has passed.
+        for n in 0..30 {
+            out.clear();
+            let a = Observation {
+                start: n * second,
+                end: n * second + 500,
+                ..attempt(n)
+            };
+            group.observe(n * second, &a, &p, &mut out);
+            let counted = out
+                .iter()
+                .filter(|e| matches!(e, super::Event::Counted { .. }))
+                .count();
+            let expected = if n >= 5 && n % 5 == 0 { 5 } else { 0 };
+            assert_eq!(counted, expected, "settled on the arrival of attempt {n}");
+            assert_eq!(group.pending as u64, n % 5 + 1, "pending after attempt {n}");
+            assert_eq!(group.keys[&1].history.capacity(), p.depth, "no room grown");
+        }
+        // Not due yet: nothing settles ahead of the arriving attempt.
+        let mut group = one_key(&p);
+        group.observe(0, &attempt(0), &p, &mut out);
+        out.clear();
+        group.observe(5 * second - 1, &attempt(1), &p, &mut out);
+        assert!(out.is_empty(), "the window has not passed");
+        assert_eq!(group.pending, 2);
     }
 
     #[test]

@@ -610,6 +610,29 @@ fn settling_waits_for_the_reorder_window() {
 }
 
 #[test]
+fn an_attempt_arriving_once_its_group_is_due_settles_the_pending_ones_first() {
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let a = at(1, 100).fails(Outcome::Other).0;
+    tracker.observe(T0, &a, &"op", &mut events);
+    let b = at(2, 4_900).fails(Outcome::Other).0;
+    tracker.observe(T0 + 4_999 * MS, &b, &"op", &mut events);
+    assert_eq!(tally(&events).counted, 0, "not due yet");
+    let c = at(1, 5_000).fails(Outcome::Other).0;
+    tracker.observe(T0 + 5_000 * MS, &c, &"op", &mut events);
+    assert_eq!(
+        tally(&events).counted,
+        2,
+        "due: a and b settle, no sweep needed"
+    );
+    assert!(tracker.has_pending(), "c waits a window of its own");
+    tracker.sweep(T0 + 9_999 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 2);
+    tracker.sweep(T0 + 10_000 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 3);
+}
+
+#[test]
 fn the_same_span_sent_twice_counts_once() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
