@@ -356,7 +356,7 @@ pub(super) struct Key {
     /// may drop without reading them.
     settled_prefix: u32,
     /// The most attempts the history held since its pending ones last settled (saturating):
-    /// whether it was flooded, and keeps the room it grew (see `give_back`).
+    /// whether it was busy, and so keeps the room it grew (see `give_back`).
     held_most: u16,
     /// The history may hold a settled refusal not yet judged honored or not: the sweep's
     /// judging reads the histories of these keys alone (see `judge_key`).
@@ -1092,29 +1092,34 @@ fn trim_key(
     settled
 }
 
+/// How many attempts a key holds in a reorder window, at least, for it to keep the room
+/// its history grew to ([`give_back`]): twice its depth.
+fn busy_held(p: &Params) -> usize {
+    2 * p.depth
+}
+
 /// How many attempts a history holds, for [`Key::held_most`].
 fn held(history: &[Entry]) -> u16 {
     u16::try_from(history.len()).unwrap_or(u16::MAX)
 }
 
-/// Once a key's pending attempts have settled: the room a burst grew its history to is
-/// given back, unless the key filled it — held as many attempts as it can ([`most_held`])
-/// since they last settled, so that the oldest settled early. Such a key is flooded
-/// (under the load generator at 1,000 clients, every key takes some 40 attempts a reorder
-/// window) and would grow its history again at once, through three reallocations of up to
-/// 1.8 KB each, every window: 45,000 keys doing so kept the allocator busy
-/// (docs/performance.md). It gives the room back after a window in which it was not
-/// flooded; what a key holds stays bounded by [`most_held`] either way. Nor does a key give
-/// back the room its first growth took ([`room_kept`], 7 places at the default depth): a key
-/// of a busy fleet takes a few more attempts than its depth a window (some 8 at 10,000
-/// clients) and would otherwise grow and give back every window (measured: 3% of the
-/// server's CPU a span at 10,000 clients). A fresh allocation,
-/// not `shrink_to`: shrinking in place leaves a hole beside every key that the allocator
-/// rarely fills (measured: 1.2 KB a key).
+/// Once a key's pending attempts have settled: the room its history grew to is kept when
+/// the key was busy — held at least twice its depth ([`busy_held`]) since its attempts last
+/// settled — and given back otherwise, down to its depth (a key keeps [`room_kept`], 7
+/// places at the default depth, in any case). A busy key will most likely be as busy next
+/// window: a fleet's keys each take about the same attempts a window (some 11 at 10,000
+/// clients, some 40 at 1,000), and giving their room back at every settle made each grow
+/// again through two or three reallocations every window (measured: 5–10% of the server's
+/// CPU a span at 10,000 clients, docs/performance.md). A key that took a few more than its
+/// depth (some 6 to 9 a window at 22,300 clients) gives back what is beyond [`room_kept`]:
+/// kept across a million keys, that room cost more memory than its reallocations cost time.
+/// What a key holds stays bounded by [`most_held`] either way, and a burst's room goes back
+/// after the next quieter window. A fresh allocation, not `shrink_to`: shrinking in place
+/// leaves a hole beside every key that the allocator rarely fills (measured: 1.2 KB a key).
 fn give_back(key: &mut Key, p: &Params) {
-    let flooded = usize::from(key.held_most) >= most_held(p);
+    let busy = usize::from(key.held_most) >= busy_held(p);
     key.held_most = held(&key.history);
-    if !flooded && key.history.capacity() > room_kept(p) && key.history.len() <= p.depth {
+    if !busy && key.history.capacity() > room_kept(p) && key.history.len() <= p.depth {
         let mut fresh = Vec::with_capacity(p.depth);
         fresh.append(&mut key.history);
         key.history = fresh;
@@ -1187,7 +1192,8 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 #[cfg(test)]
 mod tests {
     use super::{
-        most_held, room_kept, Bits, Delay, Entry, Group, Key, Length, Observation, Params, SETTLED,
+        busy_held, most_held, room_kept, Bits, Delay, Entry, Group, Key, Length, Observation,
+        Params, SETTLED,
     };
     use crate::classify::{Kind, Outcome};
     use crate::config::TrackerConfig;
@@ -1340,7 +1346,7 @@ mod tests {
     }
 
     #[test]
-    fn a_flooded_key_keeps_its_room_across_a_settle_and_gives_it_back_after_a_burst() {
+    fn a_busy_key_keeps_its_room_and_gives_it_back_after_a_quieter_window() {
         let p = Params::new(&TrackerConfig::default());
         let mut group = one_key(&p);
         let mut out = Vec::new();
@@ -1353,34 +1359,35 @@ mod tests {
             }
             group.settle(0, &p, &mut Vec::new());
         };
-        // Past the pending bound within one reorder window: flooded.
-        send(&mut group, 60);
-        assert_eq!(
-            room(&group),
-            most_held(&p),
-            "flooded: it will need the room again"
-        );
-        send(&mut group, 60);
-        assert_eq!(room(&group), most_held(&p), "still flooded");
-        // A burst within the bound: the room goes back when it settles.
-        send(&mut group, 20);
-        assert_eq!(room(&group), p.depth, "a burst: given back");
-        // A few more than its depth a window: the little room they took is kept.
-        send(&mut group, p.depth as u64 + 1);
         assert_eq!(room_kept(&p), 7);
-        assert_eq!(room(&group), 7, "grown by half as much again, and kept");
-        send(&mut group, p.depth as u64 + 1);
-        assert_eq!(room(&group), 7, "kept, not grown again");
-        // Past that room (grown to 10): given back.
-        send(&mut group, p.depth as u64 + 4);
+        // Past the pending bound within one reorder window: flooded, and keeps its room.
+        send(&mut group, 60);
+        assert_eq!(room(&group), most_held(&p), "it will need the room again");
+        send(&mut group, 60);
+        assert_eq!(room(&group), most_held(&p), "still used");
+        // A window within its depth: the room goes back.
+        send(&mut group, p.depth as u64);
+        assert_eq!(room(&group), p.depth, "not used: given back");
+        // Grown to 10 by twice its depth a window: busy, and kept while it stays so.
+        assert_eq!(busy_held(&p), 10);
+        send(&mut group, 10);
         assert_eq!(
             room(&group),
-            p.depth,
-            "a burst past the kept room: given back"
+            10,
+            "grown by half as much again twice, and kept"
         );
+        send(&mut group, 10);
+        assert_eq!(room(&group), 10, "kept, not grown again");
+        // A window with fewer: the room beyond the depth goes back.
+        send(&mut group, 9);
+        assert_eq!(room(&group), p.depth, "held 9: given back");
+        send(&mut group, 8);
+        assert_eq!(room(&group), p.depth, "held 8: given back");
+        // A few more than its depth a window: the little room they take is kept in any case.
         send(&mut group, p.depth as u64 + 1);
-        send(&mut group, 20);
-        assert_eq!(room(&group), p.depth, "given back after a burst again");
+        assert_eq!(room(&group), 7, "grown by half as much again, and kept");
+        send(&mut group, 1);
+        assert_eq!(room(&group), 7, "the room kept in any case");
     }
 
     #[test]
