@@ -262,7 +262,8 @@ impl Replay {
         Replay {
             pipeline: Pipeline::new(
                 Arc::new(Catalog::new(interfaces, documents)),
-                Tracker::new(&config.tracker),
+                // It settles at the end, whatever the order of its lines.
+                Tracker::new(&config.tracker).settling_only_when_asked(),
                 Metrics::new(&metrics),
                 &config.alerting,
             ),

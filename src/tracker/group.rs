@@ -577,7 +577,8 @@ impl Group {
 
     /// Adds one attempt; returns its verdict as now known (`Some(None)` for a span already
     /// tracked), or `None` when its key is not in the group. When the group's pending
-    /// attempts are due, they settle first, as the sweep would have settled them: a key then
+    /// attempts are due, they settle first, as the sweep would have settled them (unless
+    /// [`Params::settle_on_arrival`] is off, as in a replay): a key then
     /// holds pending what arrives within one reorder window, not a window and the sweep's
     /// second besides (which grew the histories of a fleet whose keys take about one attempt
     /// a second).
@@ -588,7 +589,7 @@ impl Group {
         p: &Params,
         out: &mut Vec<Event>,
     ) -> Option<Option<Judgement>> {
-        if self.due(now, p) {
+        if p.settle_on_arrival && self.due(now, p) {
             self.settle(now, p, out);
         }
         let read = obs.discovery == Discovery::Read;

@@ -276,6 +276,10 @@ pub struct Params {
     max_held_bytes: usize,
     /// Attempts kept per key.
     depth: usize,
+    /// Whether a group that is due settles when its next attempt arrives (serving), or only
+    /// when asked: a sweep, a scrape, the end (a replay, whose clock is its spans' own and
+    /// whose verdicts must not depend on the order of its lines).
+    settle_on_arrival: bool,
 }
 
 impl Params {
@@ -291,6 +295,7 @@ impl Params {
             max_held_bytes: c.max_held_bytes(),
             // The budget looks at max_retries + 1 attempts before the one judged.
             depth: (c.max_retries as usize + 2).max(4),
+            settle_on_arrival: true,
         }
     }
 }
@@ -368,6 +373,14 @@ impl Tracker {
             params: Params::new(config),
             keys: AtomicUsize::new(0),
         }
+    }
+
+    /// The same tracker, whose groups settle only when asked (a sweep, [`Tracker::settle`],
+    /// [`Tracker::finish`]), never as an attempt arrives: what a replay needs, whose clock is
+    /// its spans' own and whose report must not depend on the order of its lines.
+    pub fn settling_only_when_asked(mut self) -> Tracker {
+        self.params.settle_on_arrival = false;
+        self
     }
 
     /// How many keys are tracked.

@@ -633,6 +633,23 @@ fn an_attempt_arriving_once_its_group_is_due_settles_the_pending_ones_first() {
 }
 
 #[test]
+fn a_tracker_settling_only_when_asked_holds_every_attempt_until_then() {
+    let tracker = Tracker::new(&config()).settling_only_when_asked();
+    let mut events = Vec::new();
+    let a = at(1, 100).fails(Outcome::Other).0;
+    tracker.observe(T0, &a, &"op", &mut events);
+    let b = at(1, 60_000).fails(Outcome::Other).0;
+    tracker.observe(T0 + 60_000 * MS, &b, &"op", &mut events);
+    assert_eq!(
+        tally(&events).counted,
+        0,
+        "a replay's order must not matter"
+    );
+    tracker.finish(&mut events);
+    assert_eq!(tally(&events).counted, 2);
+}
+
+#[test]
 fn the_same_span_sent_twice_counts_once() {
     let tracker = Tracker::new(&config());
     let mut events = Vec::new();
