@@ -37,8 +37,10 @@ fn main() {
     // Pass `long` to name every operation with the longest name a key keeps (64 bytes).
     let long = args.next().is_some_and(|a| a == "long");
     let ops: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    // Room beyond the keys: `max_keys` is split evenly over the shards, and clients do not
+    // hash evenly to them.
     let config = TrackerConfig {
-        max_keys: keys as usize,
+        max_keys: keys as usize * 11 / 10,
         ..TrackerConfig::default()
     };
     let tracker = Tracker::new(&config);
