@@ -270,15 +270,18 @@ impl Entry {
 
 /// What judging an attempt that arrives after all of its key's attempts needs of their
 /// history, kept in the key itself: the in-order path (nearly every attempt) then reads no
-/// entry of the history, whose latest one is rarely still in the cache.
+/// entry of the history, whose latest one is rarely still in the cache. Packed (18 bytes,
+/// its end kept as the entry keeps it): with the key's own small fields in the 6 bytes an
+/// aligned tail would pad, a key takes 72 bytes, not 80 (a test keeps it so).
 #[derive(Debug, Clone, Copy)]
+#[repr(Rust, packed)]
 struct Tail {
     /// The history is not empty, and each attempt in it ended no later than the next one
     /// did: so every one ended by the time an attempt that starts after the last ended.
     ordered: bool,
     /// The latest attempt's times, kind, number in its row of failures and server's delay.
     start: Nanos,
-    end: Nanos,
+    length: Length,
     kind: Kind,
     attempt: u8,
     delay: Delay,
@@ -291,7 +294,7 @@ impl Tail {
     const EMPTY: Tail = Tail {
         ordered: false,
         start: 0,
-        end: 0,
+        length: Length([0; 3]),
         kind: Kind::Ok,
         attempt: 0,
         delay: Delay(0),
@@ -311,7 +314,7 @@ impl Tail {
         Tail {
             ordered: history.windows(2).all(|w| w[0].end() <= w[1].end()),
             start: last.start,
-            end: last.end(),
+            length: last.length,
             kind: last.kind(),
             attempt: last.attempt,
             delay: last.delay,
@@ -324,10 +327,17 @@ impl Tail {
     /// needs judging again.
     /// (A saturated run of failures is left to the history to count.)
     fn precedes(&self, a: &Entry) -> bool {
+        let end = self.end();
         self.ordered
             && self.retryable_run < u16::MAX
-            && self.end <= a.start
-            && (self.start, self.end) < (a.start, a.end())
+            && end <= a.start
+            && (self.start, end) < (a.start, a.end())
+    }
+
+    /// The latest attempt's end, as its entry keeps it.
+    #[inline]
+    fn end(&self) -> Nanos {
+        self.start.saturating_add(self.length.nanos())
     }
 
     /// The tail once `a` (judged) is appended after it.
@@ -338,7 +348,7 @@ impl Tail {
             0
         };
         self.start = a.start;
-        self.end = a.end();
+        self.length = a.length;
         self.kind = a.kind();
         self.attempt = a.attempt;
         self.delay = a.delay;
@@ -354,10 +364,10 @@ pub(super) struct Key {
     operation: Arc<str>,
     /// How many attempts at the front of the history are settled (at least): what trimming
     /// may drop without reading them.
-    settled_prefix: u32,
-    /// The most attempts the history held since its pending ones last settled (saturating):
-    /// whether it was busy, and so keeps the room it grew (see `give_back`).
-    held_most: u16,
+    settled_prefix: u8,
+    /// The most attempts the history held since its pending ones last settled: whether it
+    /// was busy, and so keeps the room it grew (see `give_back`).
+    held_most: u8,
     /// The history may hold a settled refusal not yet judged honored or not: the sweep's
     /// judging reads the histories of these keys alone (see `judge_key`).
     unjudged: bool,
@@ -489,7 +499,7 @@ impl Group {
                 e.set(SETTLED);
                 key.history.push(e);
             }
-            key.settled_prefix = key.history.len() as u32;
+            key.settled_prefix = held(&key.history);
             key.tail = Tail::of(&key.history);
             key.unjudged = true;
             group.unjudged = true;
@@ -529,7 +539,7 @@ impl Group {
     /// which the arriving one is written. 0 when there is no such key.
     pub(super) fn touch(&self, operation: u64) -> Nanos {
         self.keys.get(&operation).map_or(0, |k| {
-            k.tail.end ^ k.last_seen ^ k.history.last().map_or(0, |e| e.start)
+            k.tail.start ^ k.last_seen ^ k.history.last().map_or(0, |e| e.start)
         })
     }
 
@@ -689,7 +699,7 @@ impl Group {
             verdict
         } else {
             key.history.insert(at, entry);
-            key.settled_prefix = key.settled_prefix.min(at as u32);
+            key.settled_prefix = key.settled_prefix.min(small(at));
             // A read or a refusal reaches every attempt that started when it ended or later:
             // of no length, it can stand after some of them in order.
             let first = if read || refusal {
@@ -748,7 +758,7 @@ impl Group {
                 out.push(counted(self.labels, &key.operation, e));
             }
             self.unjudged |= key.unjudged;
-            key.settled_prefix = key.history.len() as u32;
+            key.settled_prefix = held(&key.history);
             trim_key(key, self.labels, now, p, None, out);
             give_back(key, p);
         }
@@ -780,7 +790,7 @@ impl Group {
             _ => return (Retraction::Missing, false),
         }
         let gone = key.history.remove(at);
-        key.settled_prefix = key.settled_prefix.min(at as u32);
+        key.settled_prefix = key.settled_prefix.min(small(at));
         let emptied = key.history.is_empty();
         self.pending = self.pending.saturating_sub(1);
         let read = gone.has(READ);
@@ -918,7 +928,7 @@ impl Lists {
             Some(Predecessor {
                 kind: tail.kind,
                 attempt: tail.attempt,
-                end: tail.end,
+                end: tail.end(),
                 delay: tail.delay,
             }),
             || usize::from(tail.retryable_run) > p.max_retries as usize,
@@ -1089,7 +1099,7 @@ fn trim_key(
         }
     }
     key.history.drain(..leave);
-    key.settled_prefix = key.settled_prefix.saturating_sub(leave as u32);
+    key.settled_prefix = key.settled_prefix.saturating_sub(small(leave));
     settled
 }
 
@@ -1099,9 +1109,19 @@ fn busy_held(p: &Params) -> usize {
     2 * p.depth
 }
 
-/// How many attempts a history holds, for [`Key::held_most`].
-fn held(history: &[Entry]) -> u16 {
-    u16::try_from(history.len()).unwrap_or(u16::MAX)
+/// How many attempts a history holds, for [`Key::held_most`] and [`Key::settled_prefix`].
+fn held(history: &[Entry]) -> u8 {
+    small(history.len())
+}
+
+/// A count of a key's attempts in a byte: a history holds at most [`most_held`], and
+/// `tracker.max_retries` is at most 64, so at most 99.
+fn small(n: usize) -> u8 {
+    debug_assert!(
+        n <= usize::from(u8::MAX),
+        "a history holds under 100 attempts"
+    );
+    u8::try_from(n).unwrap_or(u8::MAX)
 }
 
 /// Once a key's pending attempts have settled: the room its history grew to is kept when
@@ -1516,6 +1536,12 @@ mod tests {
     #[test]
     fn an_entry_is_40_bytes() {
         assert_eq!(std::mem::size_of::<super::Entry>(), 40);
+    }
+
+    #[test]
+    fn a_key_is_72_bytes_its_tail_18() {
+        assert_eq!(std::mem::size_of::<super::Tail>(), 18);
+        assert_eq!(std::mem::size_of::<Key>(), 72);
     }
 
     #[test]
