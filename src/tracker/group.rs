@@ -1250,6 +1250,56 @@ mod tests {
         group
     }
 
+    /// Two attempts of no length at the same instant are ordered by their span ids, whichever
+    /// arrives first: the one with the lower id, arriving second, does not go after the other
+    /// as if in order (the tail's comparison is strict), so a refusal with the higher id is
+    /// judged after it, and it is never a retry of that refusal.
+    #[test]
+    fn attempts_of_no_length_at_one_instant_go_by_span_id_whichever_arrives_first() {
+        let p = Params::new(&TrackerConfig::default());
+        let at = |span: u64, outcome: Outcome| Observation {
+            start: 5_000,
+            end: 5_000,
+            outcome,
+            span_id: span.to_be_bytes(),
+            ..attempt(0)
+        };
+        let refusal = at(2, Outcome::NotSupported);
+        let transient = at(1, Outcome::Transient);
+        let settled = |first: &Observation, second: &Observation| {
+            let mut group = one_key(&p);
+            let mut out = Vec::new();
+            for obs in [first, second] {
+                group
+                    .observe(0, obs, &p, &mut out)
+                    .expect("the key is there");
+            }
+            group.settle(0, &p, &mut out);
+            let mut verdicts: Vec<_> = out
+                .iter()
+                .filter_map(|e| match e {
+                    super::super::Event::Counted {
+                        span_id,
+                        kind,
+                        violation,
+                        ..
+                    } => Some((*span_id, *kind, *violation)),
+                    _ => None,
+                })
+                .collect();
+            verdicts.sort_unstable_by_key(|v| v.0);
+            verdicts
+        };
+        let in_order = settled(&transient, &refusal);
+        assert_eq!(in_order.len(), 2);
+        assert_eq!(in_order[0].2, None, "the transient one is first: no retry");
+        assert_eq!(
+            settled(&refusal, &transient),
+            in_order,
+            "arrival order does not matter"
+        );
+    }
+
     #[test]
     fn a_flooded_key_grows_its_history_no_further_than_it_can_hold() {
         let p = Params::new(&TrackerConfig::default());
