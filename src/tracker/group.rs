@@ -119,6 +119,12 @@ impl Length {
         Length([a, b, c])
     }
 
+    /// The end of an attempt of this length that started at `start`.
+    #[inline]
+    fn after(self, start: Nanos) -> Nanos {
+        start.saturating_add(self.nanos())
+    }
+
     /// The length in nanoseconds.
     #[inline]
     pub(super) fn nanos(self) -> Nanos {
@@ -131,7 +137,7 @@ impl Length {
 /// The end of an attempt from `start` to `end` as the tracker keeps it (see [`Length`]).
 #[inline]
 pub(super) fn kept_end(start: Nanos, end: Nanos) -> Nanos {
-    start.saturating_add(Length::of(end.saturating_sub(start)).nanos())
+    Length::of(end.saturating_sub(start)).after(start)
 }
 
 /// An entry's outcome, kind, violation and flags in two bytes: the flags in bits 0–5, the
@@ -234,7 +240,7 @@ impl Entry {
     /// Its end as kept ([`kept_end`]).
     #[inline]
     fn end(&self) -> Nanos {
-        self.start.saturating_add(self.length.nanos())
+        self.length.after(self.start)
     }
 
     fn outcome(&self) -> Outcome {
@@ -337,7 +343,7 @@ impl Tail {
     /// The latest attempt's end, as its entry keeps it.
     #[inline]
     fn end(&self) -> Nanos {
-        self.start.saturating_add(self.length.nanos())
+        self.length.after(self.start)
     }
 
     /// The tail once `a` (judged) is appended after it.
