@@ -8,8 +8,9 @@
 #   benches/scale.sh [SECONDS]   (default 15 seconds a run)
 # TRANSPORT=http measures OTLP/HTTP instead of OTLP/gRPC; FLEETS='100 22k' runs only those
 # (the first is the baseline of the ratios); LOADGEN='--rate 600000' passes options to every
-# run of the load generator; SERVER=path measures that binary instead of the one just built
-# (run it once each way for an A/B). The fleets:
+# run of the load generator; TRACKER='reorder_window: 3s' adds those settings to every fleet's
+# tracker block; SERVER=path measures that binary instead of the one just built (run it once
+# each way for an A/B). The fleets:
 #   100      100 clients (4,500 keys), the default configuration: the baseline
 #   10k      10,000 clients (450,000 keys), the default label caps (most clients share the
 #            overflow series)
@@ -28,12 +29,18 @@ read -ra extra <<<"${LOADGEN:-}"
 
 names=(100 10k 10k-raw 22k)
 clients=(100 10000 10000 22300)
-configs=(
-  ''
-  ''
-  'metrics: { max_clients: 100000, max_series: 200000 }'
-  'tracker: { max_keys: 1100000 }'
-)
+metrics=('' '' 'max_clients: 100000, max_series: 200000' '')
+trackers=('' '' '' 'max_keys: 1100000')
+configs=()
+for i in "${!names[@]}"; do
+  config=''
+  [[ -n ${metrics[$i]} ]] && config+="metrics: { ${metrics[$i]} }"$'\n'
+  tracker=${trackers[$i]}
+  [[ -n $tracker && -n ${TRACKER:-} ]] && tracker+=', '
+  tracker+=${TRACKER:-}
+  [[ -n $tracker ]] && config+="tracker: { $tracker }"
+  configs+=("$config")
+done
 
 if [[ -n ${FLEETS:-} ]]; then
   keep=()
