@@ -6,10 +6,16 @@
 //! refuses without the token. At the label caps (1,000 clients × 10 interfaces), the API's
 //! page and the page's load are measured and printed (`--nocapture`), not asserted.
 //!
+//! Every client's story is reached the way a person reaches it, in the live console and in
+//! the report alike: the fleet page loaded, the client's own link clicked (over Chromium's
+//! DevTools protocol), the story read — for names holding every character a URL treats
+//! specially.
+//!
 //! The README's test command installs `chromium`; without it, plain `cargo test` skips.
 
 mod common;
 
+use common::browser::{file_url, Browser};
 use common::{binary_config, chromium, dom, example, external, free_port, spawn_binary};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -240,7 +246,7 @@ fn the_replay_report_tells_the_same_story_from_disk() {
     );
     let report = dir.join("report.html");
     std::fs::write(&report, &html).expect("the report is written");
-    let url = format!("file://{}", report.display());
+    let url = file_url(&report);
     let fleet = dom(&dir, &url);
     let story = dom(&dir, &format!("{url}#/clients/prober-agent"));
     assert_federation(&fleet, &story);
@@ -312,5 +318,118 @@ async fn at_the_label_caps_the_page_stays_small_and_its_load_is_measured() {
          start to exit {load:?}",
         status.len() / 1024
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Client names holding what a URL treats specially: `'`, `"`, `%`, `#`, `?`, `/`, `&`,
+/// spaces, U+2028 and letters beyond ASCII, alone and all together.
+const AWKWARD_NAMES: [&str; 11] = [
+    "it's-agent",
+    "say \"hi\"",
+    "100% sure",
+    "agent#7",
+    "what?x=1",
+    "team/agent",
+    "a&b=c",
+    "two  spaced agent",
+    "line\u{2028}separated",
+    "ñandú-日本-агент",
+    "'\"%#?/& \u{2028}é %41",
+];
+
+/// One export request (OTLP/JSON) of `client`'s one call: a GET answered 404, then again.
+fn one_call(k: usize, client: &str) -> String {
+    let string =
+        |key: &str, value: &str| serde_json::json!({"key": key, "value": {"stringValue": value}});
+    let start = 1_793_498_400_000_000_000u64;
+    let spans: Vec<serde_json::Value> = (0..2u64)
+        .map(|n| {
+            serde_json::json!({
+                "traceId": format!("{:032x}", k * 2 + n as usize + 1),
+                "spanId": format!("{:016x}", n + 1),
+                "name": "GET",
+                "kind": 3,
+                "startTimeUnixNano": (start + n * 1_000_000_000).to_string(),
+                "endTimeUnixNano": (start + n * 1_000_000_000 + 20_000_000).to_string(),
+                "attributes": [
+                    string("http.request.method", "GET"),
+                    string("url.full", "http://api.test/x"),
+                    {"key": "http.response.status_code", "value": {"intValue": "404"}},
+                ],
+            })
+        })
+        .collect();
+    serde_json::json!({"resourceSpans": [{
+        "resource": {"attributes": [string("service.name", client)]},
+        "scopeSpans": [{"spans": spans}],
+    }]})
+    .to_string()
+}
+
+/// On the fleet page at `fleet`, clicks `client`'s link in its row and checks that the story
+/// it opens is `client`'s, with its operation told.
+fn click_to_story(browser: &mut Browser, fleet: &str, client: &str) {
+    let name = serde_json::to_string(client).expect("a JS string");
+    browser.navigate(fleet);
+    let row = format!(
+        "[...document.querySelectorAll('tr[data-client] a')].find((a) => a.closest('tr').dataset.client === {name})"
+    );
+    browser.wait_for(
+        &format!("!!({row})"),
+        &format!("{client:?}'s row on {fleet}"),
+    );
+    browser.wait_for(&format!("({row}).click() ?? true"), "the click");
+    let shown = browser.wait_for(
+        &format!(
+            "(() => {{ const h = document.getElementById('story-client'); \
+             return h && h.textContent === {name} && document.querySelector('#story .op h3') \
+             && document.querySelector('#story .op h3').textContent; }})()"
+        ),
+        &format!("the story of {client:?}, opened from its link"),
+    );
+    assert_eq!(shown, "GET /x", "{client:?}'s story names its operation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_clients_link_opens_its_story_whatever_its_name() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("links");
+    let recording = dir.join("names.jsonl");
+    let lines: Vec<String> = AWKWARD_NAMES
+        .iter()
+        .enumerate()
+        .map(|(k, client)| one_call(k, client))
+        .collect();
+    std::fs::write(&recording, lines.join("\n")).expect("written");
+
+    // The live console.
+    let (config, ports) = binary_config(&dir, "links", "");
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    send_recording(ports.http, &recording).await;
+    let live = format!("http://127.0.0.1:{}/", ports.admin);
+
+    // The report of the same recording.
+    let out = Command::new(BIN)
+        .args(["replay", "--format", "html"])
+        .arg(&recording)
+        .output()
+        .expect("replay runs");
+    assert!(out.status.success());
+    let report = dir.join("report.html");
+    std::fs::write(&report, &out.stdout).expect("the report is written");
+    let report = format!("{}#/", file_url(&report));
+
+    let browser_dir = dir.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut browser = Browser::launch(&browser_dir);
+        for client in AWKWARD_NAMES {
+            click_to_story(&mut browser, &live, client);
+            click_to_story(&mut browser, &report, client);
+        }
+    })
+    .await
+    .expect("every story opens");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,6 +2,8 @@
 //! scrape of its `/metrics`, and builders for spans sent by the OpenTelemetry SDK.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use refusal_gate::app::{Bound, Server};
 use refusal_gate::config::Config;
 use std::collections::BTreeMap;
@@ -386,7 +388,9 @@ pub async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &st
 }
 
 /// Headless Chromium on `url`, with a profile of its own in `dir`: the DOM once the page's
-/// script has run (its fetches answered within the virtual time budget).
+/// script has run (its fetches answered within the virtual time budget). `url` goes on
+/// Chromium's command line as it is: write its parts with [`browser::percent_encode`] (a
+/// current Chromium loads nothing from a `file://` URL whose fragment holds a raw `'`).
 pub fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Output {
     let out = std::process::Command::new("chromium")
         .args([
