@@ -194,6 +194,7 @@ pub struct Metrics {
     /// Seconds, advanced by [`Metrics::tick`]: what `last_seen` is stamped with.
     clock: AtomicU64,
     series_expired: IntCounter,
+    cycles_cut: IntCounter,
     accepted_spans: [IntCounter; 2],
     /// Cached handles: `not_client`, `no_protocol`, `duplicate`, `same_call`.
     skipped_by: [IntCounter; 4],
@@ -444,6 +445,13 @@ impl Metrics {
         .expect("metric names are valid");
         r.register(Box::new(series_expired.clone()))
             .expect("each metric is registered once");
+        let cycles_cut = IntCounter::new(
+            "refusal_gate_call_cycles_cut_total",
+            "Cycles of parent span ids cut to join a call (a span naming its own descendant as its parent).",
+        )
+        .expect("metric names are valid");
+        r.register(Box::new(cycles_cut.clone()))
+            .expect("each metric is registered once");
         let label_overflow = counter_vec(
             &r,
             "refusal_gate_label_overflow_total",
@@ -565,6 +573,7 @@ impl Metrics {
             // was made, not with the epoch (which the first sweep would take as long gone).
             clock: AtomicU64::new(crate::clock::now() / crate::clock::SECOND),
             series_expired,
+            cycles_cut,
             accepted_spans,
             refused_spans,
             refused_requests,
@@ -921,6 +930,11 @@ impl Metrics {
             .set(i64::try_from(spans).unwrap_or(i64::MAX));
         self.held_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts `cut` cycles of parent ids cut in a call's join.
+    pub fn call_cycles_cut(&self, cut: usize) {
+        self.cycles_cut.inc_by(cut as u64);
     }
 
     /// Counts a held call counted early because `bound` was reached.

@@ -237,3 +237,169 @@ async fn the_four_spans_of_one_call_give_the_same_counters_in_all_24_orders() {
         assert_eq!(got, want, "{order} differs from {first_order}");
     }
 }
+
+/// Call `n`'s two halves: the client's `tools/call get_weather` (a protocol span with no
+/// transport request under it) and the observed server's span of it, parented on it.
+fn halves(client: &str, n: u32) -> [(String, Span); 2] {
+    let at = T0 + u64::from(n) * 1_000_000_000;
+    let trace = [n.to_be_bytes().as_slice(), &[9; 12]].concat();
+    let id = |side: u8| [[side, 0, 0, 0].as_slice(), &n.to_be_bytes()].concat();
+    let protocol = Span {
+        trace_id: trace.clone(),
+        span_id: id(1),
+        kind: 3,
+        name: "MCP send tools/call get_weather".into(),
+        start_time_unix_nano: at,
+        end_time_unix_nano: at + 40_000_000,
+        attributes: vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "get_weather"),
+            s("url.full", "http://mcp.test:8080/mcp"),
+        ],
+        ..Default::default()
+    };
+    let server = Span {
+        trace_id: trace,
+        span_id: id(2),
+        parent_span_id: id(1),
+        kind: 2,
+        name: "MCP handle tools/call get_weather".into(),
+        start_time_unix_nano: at + 10_000_000,
+        end_time_unix_nano: at + 30_000_000,
+        attributes: vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "get_weather"),
+        ],
+        ..Default::default()
+    };
+    [(client.to_owned(), protocol), (SERVER.to_owned(), server)]
+}
+
+/// Every attempt counted for `client`, whatever its labels.
+fn attempts_of(text: &str, client: &str) -> f64 {
+    common::series(text, "refusal_gate_attempts_total")
+        .into_iter()
+        .filter(|(labels, _)| labels.get("client").map(String::as_str) == Some(client))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_call_is_counted_once_however_many_calls_come_before_its_late_server_half() {
+    // A window no machine's slowness outlasts: the test is about how busy the key is, not
+    // about the window.
+    let server = start(&CONFIG.replace(
+        "probe_window: 3s",
+        "probe_window: 3s\n  reorder_window: 120s",
+    ))
+    .await;
+    let bound = &server.bound;
+    let mut first = 0;
+    for (calls, per_request) in [(10, 1), (40, 1), (100, 1), (2_000, 100)] {
+        let client = format!("busy-{calls}-{per_request}");
+        let all: Vec<[(String, Span); 2]> =
+            (first..first + calls).map(|n| halves(&client, n)).collect();
+        first += calls;
+        // The client's halves first, then the server's, `per_request` in each export.
+        for side in 0..2 {
+            for request in all.chunks(per_request as usize) {
+                let spans: Vec<(String, Span)> = request.iter().map(|h| h[side].clone()).collect();
+                send(bound, export_many(&spans)).await;
+            }
+        }
+        let text = scrape(bound).await;
+        assert_eq!(
+            attempts_of(&text, &client),
+            f64::from(calls),
+            "{calls} calls, {per_request} a request, the server's halves late: {:?}",
+            counted(&text, &client)
+        );
+    }
+}
+
+/// An export of these spans, those of one service under one resource.
+fn export_many(spans: &[(String, Span)]) -> Vec<u8> {
+    let mut services: Vec<(String, Vec<Span>)> = Vec::new();
+    for (service, span) in spans {
+        match services.iter_mut().find(|(s, _)| s == service) {
+            Some((_, list)) => list.push(span.clone()),
+            None => services.push((service.clone(), vec![span.clone()])),
+        }
+    }
+    ExportTraceServiceRequest {
+        resource_spans: services
+            .into_iter()
+            .map(|(service, spans)| ResourceSpans {
+                resource: Some(Resource {
+                    attributes: vec![s("service.name", &service)],
+                    ..Default::default()
+                }),
+                scope_spans: vec![ScopeSpans {
+                    spans,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+            .collect(),
+    }
+    .encode_to_vec()
+}
+
+/// Span `k` of a ring of `n` MCP client spans of one `tools/call get_weather`, each naming the
+/// next as its parent: a call with no root, as no SDK records it and anyone can send it.
+fn ring_span(client: &str, trace: u8, n: u32, k: u32) -> (String, Span) {
+    let id = |k: u32| [[7, 7, 7, 7].as_slice(), &k.to_be_bytes()].concat();
+    let at = T0 + u64::from(k) * 1_000;
+    let span = Span {
+        trace_id: vec![trace; 16],
+        span_id: id(k),
+        parent_span_id: id((k + 1) % n),
+        kind: 3,
+        name: "MCP send tools/call get_weather".into(),
+        start_time_unix_nano: at,
+        end_time_unix_nano: at + 500,
+        attributes: vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "get_weather"),
+            s("url.full", "http://mcp.test:8080/mcp"),
+        ],
+        ..Default::default()
+    };
+    (client.to_owned(), span)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_parent_ids_form_a_ring_is_counted_once_and_the_cut_is_counted() {
+    let server = start(CONFIG).await;
+    let bound = &server.bound;
+    let cut = |text: &str| value(text, "refusal_gate_call_cycles_cut_total", &[]);
+    const N: u32 = 1_000;
+    // The ring in one export, in order and reversed; and split over two exports.
+    let ways: [(&str, Vec<Vec<u32>>); 3] = [
+        ("in-order", vec![(0..N).collect()]),
+        ("reversed", vec![(0..N).rev().collect()]),
+        (
+            "split",
+            vec![(0..N).step_by(2).collect(), (1..N).step_by(2).collect()],
+        ),
+    ];
+    for (trace, (way, exports)) in (1..).zip(ways) {
+        let client = format!("ring-{way}");
+        let before = scrape(bound).await;
+        for spans in exports {
+            let spans: Vec<(String, Span)> = spans
+                .iter()
+                .map(|&k| ring_span(&client, trace, N, k))
+                .collect();
+            send(bound, export_many(&spans)).await;
+        }
+        let after = scrape(bound).await;
+        assert_eq!(
+            attempts_of(&after, &client),
+            1.0,
+            "{way}: one call, one attempt: {:?}",
+            counted(&after, &client)
+        );
+        assert_eq!(cut(&after) - cut(&before), 1.0, "{way}: the cut is counted");
+    }
+}

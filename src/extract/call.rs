@@ -240,6 +240,7 @@ pub fn assemble<'a>(
 ) -> Calls<'a> {
     let n = members.len();
     let below = Below::of(members, joined);
+    let order = by_depth(joined);
     // A client span with spans under it lends them its call and is no attempt itself.
     let lends = |i: usize| {
         members[i].side == Side::Client
@@ -252,14 +253,15 @@ pub fn assemble<'a>(
         attempts: Vec::with_capacity(n - lending),
     };
     // Client facts flow from parent to child: the call of each client span that has spans
-    // under it, as its nesting says.
-    let mut calls: Vec<(usize, Attempt<'a>)> = Vec::with_capacity(lending);
-    for i in by_depth(joined) {
+    // under it, as its nesting says (found by the span's index, never by a search).
+    let mut calls: Vec<Attempt<'a>> = Vec::with_capacity(lending);
+    let mut call_at: Vec<Option<usize>> = vec![None; n];
+    for &i in &order {
         let m = &members[i];
         if m.side != Side::Client {
             continue;
         }
-        let call_of = |p: usize| calls.iter().rev().find(|(q, _)| *q == p).map(|(_, a)| a);
+        let call_of = |p: usize| call_at[p].map(|at| &calls[at]);
         let own = match joined[i].parent {
             Some((p, Link::Nested)) => call_of(p).map(|outer| nest(outer, &m.attempt)),
             Some((p, Link::Transport)) => call_of(p).map(|c| {
@@ -270,7 +272,8 @@ pub fn assemble<'a>(
         };
         let own = own.unwrap_or_else(|| m.attempt.clone());
         if lends(i) {
-            calls.push((i, own));
+            call_at[i] = Some(calls.len());
+            calls.push(own);
         } else {
             out.roles[i] = Role::Attempt(out.attempts.len());
             out.attempts.push(Assembled {
@@ -280,7 +283,11 @@ pub fn assemble<'a>(
         }
     }
     // Server spans: each to the client attempt of its call, or an attempt of its own.
+    let up = Up::of(members, joined, &below, &order);
     let mut attached: Vec<(usize, usize)> = Vec::new();
+    // The attempt each server span in front of another was attached to, so that a gateway's
+    // span in front of many is walked to once.
+    let mut attached_to: Vec<Option<usize>> = vec![None; n];
     for i in 0..n {
         let Side::Server(interface) = members[i].side else {
             continue;
@@ -289,16 +296,27 @@ pub fn assemble<'a>(
             continue;
         }
         // The server spans in front of it: its carrier, and the gateways' before either.
-        let outer = outer_servers(joined, i);
-        match attempt_of(joined, &below, i) {
+        let front = joined[i].carrier.unwrap_or(i);
+        match up.attempt_of(joined, i) {
             Some(a) => {
                 attached.push((a, i));
-                attached.extend(outer.iter().map(|&h| (a, h)));
+                let mut at = Some(front)
+                    .filter(|&h| h != i)
+                    .or_else(|| proxied(joined, i));
+                while let Some(h) = at.filter(|&h| attached_to[h] != Some(a) && h != i) {
+                    attached_to[h] = Some(a);
+                    attached.push((a, h));
+                    at = proxied(joined, h);
+                }
             }
             None => {
-                let named = std::iter::once(i)
-                    .chain(outer.iter().copied())
-                    .find(|&h| members[h].named);
+                let named = if members[i].named {
+                    Some(i)
+                } else if front != i {
+                    up.named[front]
+                } else {
+                    proxied(joined, i).and_then(|p| up.named[p])
+                };
                 let client = named.map_or(UNKNOWN, |h| members[h].attempt.client);
                 out.roles[i] = Role::Attempt(out.attempts.len());
                 out.attempts.push(Assembled {
@@ -374,70 +392,118 @@ impl Below {
     }
 }
 
-/// Indexes in an order where every parent comes before its children.
+/// What is found by walking up from each span, computed once for all, parents first.
+struct Up {
+    /// The client span a span (or a gateway's span it is proxied through) is the server side
+    /// of.
+    client: Vec<Option<usize>>,
+    /// The first span naming its client among a server span and the gateways' spans it is
+    /// proxied through, nearest first.
+    named: Vec<Option<usize>>,
+    /// A client span followed down its nesting to the innermost span, then to that span's last
+    /// transport request: the attempt a server span of it belongs to.
+    attempt: Vec<usize>,
+}
+
+impl Up {
+    fn of(members: &[Member<'_>], joined: &[Joined], below: &Below, order: &[usize]) -> Up {
+        let n = joined.len();
+        let mut up = Up {
+            client: vec![None; n],
+            named: vec![None; n],
+            attempt: (0..n).collect(),
+        };
+        for &i in order {
+            up.client[i] = match joined[i].parent {
+                Some((c, Link::ServerOf)) => Some(c),
+                Some((p, Link::Proxied)) if p != i => up.client[p],
+                _ => None,
+            };
+            up.named[i] = if members[i].named {
+                Some(i)
+            } else {
+                proxied(joined, i).and_then(|p| up.named[p])
+            };
+        }
+        // Innermost first: a nested span comes after the span around it in `order`.
+        for &i in order.iter().rev() {
+            up.attempt[i] = match below.nested[i] {
+                Some(inner) if inner != i => up.attempt[inner],
+                _ => below.last_transport[i].unwrap_or(i),
+            };
+        }
+        up
+    }
+
+    /// The client attempt server span `s` belongs to, if its call has one: the client span it
+    /// (or its HTTP carrier) is the server side of, followed down to that span's attempt — a
+    /// nested span's innermost one; of a protocol span's transport requests, the last.
+    fn attempt_of(&self, joined: &[Joined], s: usize) -> Option<usize> {
+        // The carrier's client first: an HTTP server span answers one transport request.
+        let client = joined[s]
+            .carrier
+            .and_then(|h| self.client[h])
+            .or(self.client[s])?;
+        Some(self.attempt[client])
+    }
+}
+
+/// The server span `s` is proxied through (a gateway's in front of it), if any.
+fn proxied(joined: &[Joined], s: usize) -> Option<usize> {
+    match joined[s].parent {
+        Some((p, Link::Proxied)) if p != s => Some(p),
+        _ => None,
+    }
+}
+
+/// Indexes in an order where every parent comes before its children, found in one pass from
+/// the roots; spans whose parent ids form a cycle (no root above them) come last, in index
+/// order.
 fn by_depth(joined: &[Joined]) -> Vec<usize> {
-    let depth = |mut i: usize| {
-        let mut d = 0;
-        while let Some((p, _)) = joined[i].parent {
-            d += 1;
-            i = p;
-            if d > joined.len() {
-                break; // A cycle of ids: cut anywhere.
+    let n = joined.len();
+    // Each span's children, as one list sliced by parent (counting sort).
+    let mut first = vec![0usize; n + 1];
+    for j in joined {
+        if let Some((p, _)) = j.parent {
+            first[p + 1] += 1;
+        }
+    }
+    for p in 0..n {
+        first[p + 1] += first[p];
+    }
+    let mut fill = first.clone();
+    let mut children = vec![0usize; first[n]];
+    for (i, j) in joined.iter().enumerate() {
+        if let Some((p, _)) = j.parent {
+            children[fill[p]] = i;
+            fill[p] += 1;
+        }
+    }
+    let mut order: Vec<usize> = (0..n).filter(|&i| joined[i].parent.is_none()).collect();
+    let mut placed = vec![false; n];
+    order.iter().for_each(|&i| placed[i] = true);
+    let (mut at, mut scan) = (0, 0);
+    loop {
+        while at < order.len() {
+            let p = order[at];
+            at += 1;
+            for &c in &children[first[p]..first[p + 1]] {
+                if !placed[c] {
+                    placed[c] = true;
+                    order.push(c);
+                }
             }
         }
-        d
-    };
-    let mut order: Vec<(usize, usize)> = (0..joined.len()).map(|i| (depth(i), i)).collect();
-    order.sort_unstable();
-    order.into_iter().map(|(_, i)| i).collect()
-}
-
-/// The client attempt a server span belongs to, if its call has one: the client span it (or
-/// its HTTP carrier) is the server side of, followed down to that span's attempt — a nested
-/// span's innermost one; of a protocol span's transport requests, the one the server span
-/// (or its carrier) is the server side of, else the last.
-fn attempt_of(joined: &[Joined], below: &Below, s: usize) -> Option<usize> {
-    // The client span a server span (or a gateway's in front of it) is the other side of.
-    let up = |i: usize| {
-        let mut at = i;
-        for _ in 0..=joined.len() {
-            match joined[at].parent {
-                Some((c, Link::ServerOf)) => return Some(c),
-                Some((p, Link::Proxied)) => at = p,
-                _ => return None,
-            }
+        // A cycle of ids: entered at its first span, as if cut above it.
+        while scan < n && placed[scan] {
+            scan += 1;
         }
-        None
-    };
-    // The carrier's client first: an HTTP server span answers one transport request.
-    let mut client = joined[s].carrier.and_then(up).or_else(|| up(s))?;
-    // Followed down to an attempt; bounded by the call's size (ids may form a cycle).
-    for _ in 0..=joined.len() {
-        if let Some(inner) = below.nested[client] {
-            client = inner;
-            continue;
+        if scan == n {
+            return order;
         }
-        return Some(below.last_transport[client].unwrap_or(client));
+        placed[scan] = true;
+        order.push(scan);
     }
-    None
-}
-
-/// The server spans in front of server span `s`, nearest first: the HTTP span carrying it,
-/// then the gateways' spans each of those is proxied through.
-fn outer_servers(joined: &[Joined], s: usize) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut at = joined[s].carrier.unwrap_or(s);
-    if at != s {
-        out.push(at);
-    }
-    while let Some((p, Link::Proxied)) = joined[at].parent {
-        if out.contains(&p) || p == s || out.len() > joined.len() {
-            break; // Ids that loop.
-        }
-        out.push(p);
-        at = p;
-    }
-    out
 }
 
 #[cfg(test)]

@@ -201,8 +201,9 @@ impl<'w> Work<'w> {
         self.open.push(false);
     }
 
-    /// Each span's join to the others (DESIGN §11) and the calls they form: sets of indexes.
-    fn calls(&self) -> (Vec<Joined>, Groups) {
+    /// Each span's join to the others (DESIGN §11), the calls they form (sets of indexes),
+    /// and how many cycles of parent ids were cut.
+    fn calls(&self) -> (Vec<Joined>, Groups, usize) {
         let n = self.members.len();
         let mut index: HashMap<SpanKey, usize> =
             HashMap::with_capacity_and_hasher(n, Default::default());
@@ -233,8 +234,45 @@ impl<'w> Work<'w> {
                 set.join(i, j);
             }
         }
-        (joined, set.groups())
+        let cut = cut_cycles(&mut joined, |i| {
+            let a = &self.members[i].attempt;
+            (a.start, a.span_id)
+        });
+        (joined, set.groups(), cut)
     }
+}
+
+/// Cuts every cycle of parent ids (spans that name each other as parents, which no SDK
+/// records but anyone can send): the span of the cycle that comes first by `first` (the
+/// earliest to start) loses its parent, so the call has a root and is counted once, whatever
+/// order its spans came in. One pass over the spans; returns how many cycles were cut.
+fn cut_cycles<K: Ord>(joined: &mut [Joined], first: impl Fn(usize) -> K) -> usize {
+    const NEW: u32 = u32::MAX;
+    const DONE: u32 = u32::MAX - 1;
+    // Each span's state: NEW, DONE, or the walk that is on it now.
+    let mut state = vec![NEW; joined.len()];
+    let mut path: Vec<usize> = Vec::new();
+    let mut cut = 0;
+    for start in 0..joined.len() {
+        let walk = start as u32;
+        let mut at = Some(start);
+        path.clear();
+        while let Some(i) = at.filter(|&i| state[i] == NEW) {
+            state[i] = walk;
+            path.push(i);
+            at = joined[i].parent.map(|(p, _)| p);
+        }
+        if let Some(i) = at.filter(|&i| state[i] == walk) {
+            // Back on this walk's own path: the spans from `i` on are a cycle.
+            let from = path.iter().position(|&p| p == i).unwrap_or(0);
+            if let Some(&root) = path[from..].iter().min_by_key(|&&c| first(c)) {
+                joined[root].parent = None;
+                cut += 1;
+            }
+        }
+        path.iter().for_each(|&i| state[i] = DONE);
+    }
+    cut
 }
 
 /// Disjoint sets of indexes (union by size, path halving).
@@ -687,7 +725,10 @@ impl Pipeline {
         slots: (&[Option<usize>], &[Option<usize>]),
         may_hold: bool,
     ) -> Vec<(Call, Bound)> {
-        let (joined, groups) = work.calls();
+        let (joined, groups, cut) = work.calls();
+        if cut > 0 {
+            self.metrics.call_cycles_cut(cut);
+        }
         let undeclared = |a: &Attempt<'_>| {
             let origin = a.origin.as_ref().map(|o| o.as_str());
             let interface = interfaces.resolve(origin, a.path);
@@ -760,11 +801,13 @@ impl Pipeline {
         counted: &mut Vec<Observation>,
     ) -> Option<Call> {
         // What its spans were counted as before: taken back while pending; a settled attempt
-        // stays, and is not counted again.
+        // stays, and is not counted again — nor is one the tracker no longer holds (settled
+        // early by a flooded key and gone from its history, or its key evicted): it was
+        // counted, and counting it again would count the call twice.
         let mut settled: Vec<SpanKey> = Vec::new();
         let mut taken_from: Option<usize> = None;
         let mut retract = |obs: &Observation| {
-            if self.tracker.retract(obs) == Retraction::Settled {
+            if self.tracker.retract(obs) != Retraction::Retracted {
                 settled.push((obs.trace_id, obs.span_id));
             }
         };
@@ -947,34 +990,135 @@ pub(super) fn carriers(members: &[Member<'_>], nodes: &mut [NodeMeta]) {
         )
     };
     let http = |i: usize| members[i].attempt.family == Family::Http;
-    let keys: Vec<SpanKey> = nodes.iter().map(|n| n.key).collect();
-    let by_parent = |i: usize| {
-        nodes[i]
-            .parent
-            .is_some_and(|p| (0..keys.len()).any(|h| http(h) && keys[h] == p))
-    };
-    let orphans: Vec<usize> = (0..nodes.len())
-        .filter(|&i| is_protocol(i) && !members[i].named && !by_parent(i))
-        .collect();
-    let parents: Vec<usize> = (0..nodes.len())
+    let http_keys: HashSet<SpanKey> = (0..nodes.len())
         .filter(|&h| http(h))
-        .filter(|&h| !(0..nodes.len()).any(|n| is_protocol(n) && nodes[n].parent == Some(keys[h])))
+        .map(|h| nodes[h].key)
         .collect();
-    let contains = |h: usize, i: usize| {
-        let (h, a) = (&members[h].attempt, &members[i].attempt);
-        h.start <= a.start && a.end <= h.end
-    };
-    let mut found: Vec<(usize, SpanKey)> = Vec::new();
-    for &i in &orphans {
-        let mut around = parents.iter().copied().filter(|&h| contains(h, i));
-        let (Some(h), None) = (around.next(), around.next()) else {
-            continue;
-        };
-        if orphans.iter().all(|&j| j == i || !contains(h, j)) {
-            found.push((i, keys[h]));
+    let protocol_parents: HashSet<SpanKey> = (0..nodes.len())
+        .filter(|&i| is_protocol(i))
+        .filter_map(|i| nodes[i].parent)
+        .collect();
+    let orphans: Vec<usize> = (0..nodes.len())
+        .filter(|&i| is_protocol(i) && !members[i].named)
+        .filter(|&i| !nodes[i].parent.is_some_and(|p| http_keys.contains(&p)))
+        .collect();
+    if orphans.is_empty() {
+        return;
+    }
+    let parents: Vec<usize> = (0..nodes.len())
+        .filter(|&h| http(h) && !protocol_parents.contains(&nodes[h].key))
+        .collect();
+    let span = |i: usize| (members[i].attempt.start, members[i].attempt.end);
+    // The parents whose time contains each orphan: how many, and which when one.
+    let around = containing(&parents, &orphans, span);
+    // The orphans each parent's time contains: how many.
+    let inside = contained(&parents, &orphans, span);
+    for (k, &i) in orphans.iter().enumerate() {
+        if let (1, Some(p)) = around[k] {
+            if inside[p] == 1 {
+                nodes[i].carrier = Some(nodes[parents[p]].key);
+            }
         }
     }
-    for (i, carrier) in found {
-        nodes[i].carrier = Some(carrier);
+}
+
+/// For each of `inner` (by its place there): how many of `outer` contain its time (start no
+/// later, end no earlier), and the place in `outer` of the one when exactly one does. A sweep
+/// by start over a Fenwick tree of ends: O((m + n) log m).
+fn containing(
+    outer: &[usize],
+    inner: &[usize],
+    span: impl Fn(usize) -> (Nanos, Nanos),
+) -> Vec<(usize, Option<usize>)> {
+    let mut ends: Vec<Nanos> = outer.iter().map(|&h| span(h).1).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let mut by_start: Vec<usize> = (0..outer.len()).collect();
+    by_start.sort_unstable_by_key(|&p| span(outer[p]).0);
+    let mut queries: Vec<usize> = (0..inner.len()).collect();
+    queries.sort_unstable_by_key(|&k| span(inner[k]).0);
+    // Counts, and sums of places (the one place when the count is one).
+    let mut count = Fenwick::new(ends.len());
+    let mut places = Fenwick::new(ends.len());
+    let (mut added, mut next) = (0usize, 0usize);
+    let mut out = vec![(0, None); inner.len()];
+    for k in queries {
+        let (start, end) = span(inner[k]);
+        while next < by_start.len() && span(outer[by_start[next]]).0 <= start {
+            let p = by_start[next];
+            let at = ends.partition_point(|&e| e < span(outer[p]).1);
+            count.add(at, 1);
+            places.add(at, p as u64);
+            added += 1;
+            next += 1;
+        }
+        // Of those that started no later, the ones that end no earlier.
+        let before = ends.partition_point(|&e| e < end);
+        let n = added - count.sum(before) as usize;
+        let place = places.total().wrapping_sub(places.sum(before));
+        out[k] = (n, (n == 1).then_some(place as usize));
+    }
+    out
+}
+
+/// For each of `outer` (by its place there): how many of `inner` its time contains.
+fn contained(
+    outer: &[usize],
+    inner: &[usize],
+    span: impl Fn(usize) -> (Nanos, Nanos),
+) -> Vec<usize> {
+    let mut ends: Vec<Nanos> = inner.iter().map(|&i| span(i).1).collect();
+    ends.sort_unstable();
+    ends.dedup();
+    let mut by_start: Vec<usize> = (0..inner.len()).collect();
+    by_start.sort_unstable_by_key(|&k| std::cmp::Reverse(span(inner[k]).0));
+    let mut queries: Vec<usize> = (0..outer.len()).collect();
+    queries.sort_unstable_by_key(|&p| std::cmp::Reverse(span(outer[p]).0));
+    let mut count = Fenwick::new(ends.len());
+    let mut next = 0;
+    let mut out = vec![0; outer.len()];
+    for p in queries {
+        let (start, end) = span(outer[p]);
+        // The inner spans that start no earlier …
+        while next < by_start.len() && span(inner[by_start[next]]).0 >= start {
+            let at = ends.partition_point(|&e| e < span(inner[by_start[next]]).1);
+            count.add(at, 1);
+            next += 1;
+        }
+        // … and end no later.
+        out[p] = count.sum(ends.partition_point(|&e| e <= end)) as usize;
+    }
+    out
+}
+
+/// Sums over a prefix of places, each added to in O(log n) (a Fenwick tree); wrapping, as the
+/// sums of places are read only where one place was added.
+struct Fenwick(Vec<u64>);
+
+impl Fenwick {
+    fn new(n: usize) -> Fenwick {
+        Fenwick(vec![0; n + 1])
+    }
+
+    fn add(&mut self, at: usize, v: u64) {
+        let mut i = at + 1;
+        while i < self.0.len() {
+            self.0[i] = self.0[i].wrapping_add(v);
+            i += i & i.wrapping_neg();
+        }
+    }
+
+    /// The sum of places `0..end`.
+    fn sum(&self, end: usize) -> u64 {
+        let (mut i, mut s) = (end, 0u64);
+        while i > 0 {
+            s = s.wrapping_add(self.0[i]);
+            i -= i & i.wrapping_neg();
+        }
+        s
+    }
+
+    fn total(&self) -> u64 {
+        self.sum(self.0.len() - 1)
     }
 }

@@ -268,8 +268,18 @@ impl Calls {
                 State::Counted { .. } => Vec::new(),
             };
         }
-        // Siblings: the held calls waiting for one of the same parents (the list grows as
-        // they join).
+        // Siblings: the held calls waiting for one of the same parents. The first found that
+        // is at least as old takes the call in, where it is (a parent with 10,000 children
+        // that come one by one costs one step each, not a rebuild); any other joins too.
+        if let State::Held { open } = &call.state {
+            let into = open
+                .iter()
+                .filter_map(|k| self.awaiting.get(k).copied())
+                .find(|&id| self.get(id).is_some_and(|s| s.call.since <= call.since));
+            if let Some(id) = into {
+                return self.join(id, call);
+            }
+        }
         let mut k = 0;
         while let State::Held { open } = &call.state {
             let Some(parent) = open.get(k).copied() else {
@@ -309,6 +319,71 @@ impl Calls {
             bytes,
         });
         self.live += 1;
+        self.enforce()
+    }
+
+    /// Adds held `call` to the held call `id` (as old or older), in place: its spans and the
+    /// parents it waits for are added, nothing of the call already kept is touched again. The
+    /// other held calls waiting for a parent `call` waits for join it too.
+    fn join(&mut self, id: Handle, call: Call) -> Vec<(Call, Bound)> {
+        let State::Held { open } = call.state else {
+            return Vec::new();
+        };
+        let mut others: Vec<Call> = Vec::new();
+        let mut new_open: Vec<SpanKey> = Vec::new();
+        for k in open {
+            match self.awaiting.get(&k).copied() {
+                Some(other) if other == id => {}
+                Some(other) => others.extend(self.take(other)),
+                None => new_open.push(k),
+            }
+        }
+        let mut members = call.members;
+        let mut since = call.since;
+        for other in others {
+            since = since.min(other.since);
+            members.extend(other.members);
+            if let State::Held { open } = other.state {
+                new_open.extend(open);
+            }
+        }
+        let at = (id & u64::from(u32::MAX)) as usize;
+        let Some(slot) = self.slots[at].as_mut().filter(|s| s.handle == id) else {
+            return Vec::new();
+        };
+        if since < slot.call.since {
+            // An older call joined: the order of held calls is by age, so keep it anew.
+            let taken = self.take(id).expect("kept");
+            let call = Call {
+                members,
+                state: State::Held { open: new_open },
+                since,
+            };
+            return self.keep(merge(taken, call));
+        }
+        new_open.sort_unstable();
+        new_open.dedup();
+        new_open.retain(|k| self.awaiting.get(k) != Some(&id));
+        let added = members.iter().map(Kept::bytes).sum::<usize>()
+            + new_open.len() * std::mem::size_of::<SpanKey>();
+        for m in &members {
+            self.members.insert(m.key, id);
+        }
+        for k in &new_open {
+            self.awaiting.insert(*k, id);
+        }
+        self.spans += members.len();
+        slot.call.members.extend(members);
+        if let State::Held { open } = &mut slot.call.state {
+            open.extend(new_open);
+        }
+        slot.bytes += added;
+        self.bytes += added;
+        self.enforce()
+    }
+
+    /// Past either bound, the oldest calls go: the held ones returned, to be counted at once.
+    fn enforce(&mut self) -> Vec<(Call, Bound)> {
         let mut forced = Vec::new();
         while self.spans > self.max_spans || self.bytes > self.max_bytes {
             let bound = if self.spans > self.max_spans {
