@@ -403,3 +403,35 @@ async fn a_call_whose_parent_ids_form_a_ring_is_counted_once_and_the_cut_is_coun
         assert_eq!(cut(&after) - cut(&before), 1.0, "{way}: the cut is counted");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_held_spans_a_forgotten_call_is_still_counted_once() {
+    // Room for 100 spans: the first 200 client calls are forgotten before their server's
+    // halves come.
+    let config = CONFIG.replace(
+        "probe_window: 3s",
+        "probe_window: 3s\n  reorder_window: 120s\n  max_held_spans: 100",
+    );
+    let server = start(&config).await;
+    let bound = &server.bound;
+    let client = "flood";
+    let all: Vec<[(String, Span); 2]> = (0..300).map(|n| halves(client, n)).collect();
+    for side in 0..2 {
+        for request in all.chunks(10) {
+            let spans: Vec<(String, Span)> = request.iter().map(|h| h[side].clone()).collect();
+            send(bound, export_many(&spans)).await;
+        }
+    }
+    let text = scrape(bound).await;
+    assert_eq!(
+        attempts_of(&text, client),
+        300.0,
+        "{:?}",
+        counted(&text, client)
+    );
+    assert_eq!(
+        attempts_of(&text, "unknown_client"),
+        0.0,
+        "no server half counted on its own"
+    );
+}

@@ -490,7 +490,8 @@ pub struct TrackerConfig {
     /// their parent arrives (at most `reorder_window`), or counted and remembered for the
     /// other side's spans (a minute). Past it the oldest call goes: a held one is counted at
     /// once (`refusal_gate_held_calls_forced_total{bound="max_held_spans"}`), a remembered
-    /// one forgotten. 0: nothing is held.
+    /// one forgotten, its span ids kept a minute (four times this many at most) so that its
+    /// late spans are not counted as calls of their own. 0: nothing is held.
     pub max_held_spans: usize,
     /// The memory those spans' facts may take, in MiB (each keeps its extracted attempt and
     /// ids, its strings included, not the span); past it, as past `max_held_spans`.

@@ -460,6 +460,7 @@ impl Pipeline {
             }
             fresh.push(i);
         }
+        self.skip_counted(&mut calls, &nodes, &mut fresh, r);
         // The kept calls and the request's roots that join them, found from the nodes out.
         let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
             HashMap::default()
@@ -592,6 +593,50 @@ impl Pipeline {
         }
         self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
         self.held_gauge(&calls);
+    }
+
+    /// Takes out of `fresh` the nodes of calls counted already whose kept spans were forgotten
+    /// past a bound ([`Calls::was_counted`]): each names such a span as its parent, or a node
+    /// taken out so. Each is skipped as `same_call`, forwarded without verdict tags, and
+    /// remembered in turn, so that the rest of its call is never counted as a call of its own.
+    fn skip_counted(
+        &self,
+        calls: &mut Calls,
+        nodes: &[NodeMeta],
+        fresh: &mut Vec<usize>,
+        r: &mut RequestState<'_>,
+    ) {
+        let counted = |n: &NodeMeta| n.parent.is_some_and(|p| calls.was_counted(&p));
+        if !fresh.iter().any(|&i| counted(&nodes[i])) {
+            return;
+        }
+        // Their descendants among the request's nodes, found from them down.
+        let mut children: HashMap<SpanKey, Vec<usize>> = HashMap::default();
+        for &i in fresh.iter() {
+            if let Some(p) = nodes[i].parent {
+                children.entry(p).or_default().push(i);
+            }
+        }
+        let mut skip = vec![false; nodes.len()];
+        let mut stack: Vec<usize> = fresh
+            .iter()
+            .copied()
+            .filter(|&i| counted(&nodes[i]))
+            .collect();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut skip[i], true) {
+                continue;
+            }
+            stack.extend(children.get(&nodes[i].key).into_iter().flatten());
+        }
+        fresh.retain(|&i| !skip[i]);
+        for (n, _) in nodes.iter().zip(&skip).filter(|(_, skipped)| **skipped) {
+            self.metrics.span_skipped("same_call");
+            calls.counted_gone(n.key, r.now);
+            if let (Some(slot), Some(tags)) = (n.slot, r.tags.as_deref_mut()) {
+                tags.write(slot, |_| {});
+            }
+        }
     }
 
     /// The first `spans` spans of the request whose keys are `wanted`, read again: each key,

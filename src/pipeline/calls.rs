@@ -20,7 +20,7 @@
 use crate::extract::call::Side;
 use crate::extract::Owned;
 use crate::tracker::{Nanos, Observation};
-use foldhash::HashMap;
+use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
 
 /// (trace id, span id): one span, or the parent a span names.
@@ -34,6 +34,10 @@ pub fn key(trace: &[u8], span: &[u8]) -> SpanKey {
     k.1[..s].copy_from_slice(&span[..s]);
     k
 }
+
+/// How many ids of spans of forgotten counted calls are kept for each span `max_held_spans`
+/// allows: a flood four times the bound past it is still counted once.
+const GONE_PER_SPAN: usize = 4;
 
 /// How long a counted call is remembered at least.
 const REMEMBERED: Nanos = 60 * crate::clock::SECOND;
@@ -158,6 +162,13 @@ pub struct Calls {
     max_spans: usize,
     max_bytes: usize,
     window: Nanos,
+    /// The spans of counted calls forgotten before their time because a bound was reached,
+    /// with when each call arrived, oldest first: a span of such a call that comes later is
+    /// part of a call counted already, never a call of its own. At most [`GONE_PER_SPAN`]
+    /// times `max_spans` of them (ids only: some 60 bytes each), each for as long as its call
+    /// would have been remembered.
+    gone: HashSet<SpanKey>,
+    gone_order: VecDeque<(Nanos, SpanKey)>,
 }
 
 impl Calls {
@@ -178,6 +189,29 @@ impl Calls {
             max_spans,
             max_bytes,
             window,
+            gone: HashSet::default(),
+            gone_order: VecDeque::new(),
+        }
+    }
+
+    /// Whether span `key` is of a counted call forgotten early (past a bound): a span naming
+    /// it as its parent is part of a call counted already.
+    pub fn was_counted(&self, key: &SpanKey) -> bool {
+        !self.gone.is_empty() && self.gone.contains(key)
+    }
+
+    /// Remembers that span `key`, of a call that arrived at `since`, was counted (its call
+    /// forgotten, or the span skipped as part of one that was): within the bounds, the
+    /// oldest going first.
+    pub fn counted_gone(&mut self, key: SpanKey, since: Nanos) {
+        if self.max_spans == 0 || !self.gone.insert(key) {
+            return;
+        }
+        self.gone_order.push_back((since, key));
+        while self.gone_order.len() > GONE_PER_SPAN * self.max_spans {
+            if let Some((_, k)) = self.gone_order.pop_front() {
+                self.gone.remove(&k);
+            }
         }
     }
 
@@ -393,7 +427,11 @@ impl Calls {
             };
             match self.pop_oldest() {
                 Some(call) if call.is_held() => forced.push((call, bound)),
-                Some(_) => {}
+                Some(call) => {
+                    for m in &call.members {
+                        self.counted_gone(m.key, call.since);
+                    }
+                }
                 None => break,
             }
         }
@@ -411,6 +449,13 @@ impl Calls {
         let remembered = window.max(REMEMBERED);
         while let Some(id) = self.front(false, |since| now >= since.saturating_add(remembered)) {
             self.take(id);
+        }
+        while let Some(&(since, k)) = self.gone_order.front() {
+            if now < since.saturating_add(remembered) {
+                break;
+            }
+            self.gone_order.pop_front();
+            self.gone.remove(&k);
         }
         out
     }
