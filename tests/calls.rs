@@ -435,3 +435,165 @@ async fn past_max_held_spans_a_forgotten_call_is_still_counted_once() {
         "no server half counted on its own"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_spans_timeout_goes_with_its_transport_request() {
+    let server = start(CONFIG).await;
+    let bound = &server.bound;
+    let client = "timed-out";
+    // `tools/call` timed out (`error.type` TimeoutError) over a POST answered 200, twice.
+    for n in 0..2u32 {
+        let [(_, mut protocol), _] = halves(client, 5_000 + n);
+        protocol.attributes.push(s("error.type", "TimeoutError"));
+        protocol.status = Some(opentelemetry_proto::tonic::trace::v1::Status {
+            code: 2,
+            ..Default::default()
+        });
+        let request = Span {
+            trace_id: protocol.trace_id.clone(),
+            span_id: [protocol.span_id.as_slice(), &[]]
+                .concat()
+                .iter()
+                .rev()
+                .copied()
+                .collect(),
+            parent_span_id: protocol.span_id.clone(),
+            kind: 3,
+            name: "POST".into(),
+            start_time_unix_nano: protocol.start_time_unix_nano + 1_000_000,
+            end_time_unix_nano: protocol.end_time_unix_nano - 1_000_000,
+            attributes: vec![
+                s("http.request.method", "POST"),
+                s("url.full", "http://mcp.test:8080/mcp"),
+                i("http.response.status_code", 200),
+            ],
+            ..Default::default()
+        };
+        send(
+            bound,
+            export_many(&[(client.to_owned(), request), (client.to_owned(), protocol)]),
+        )
+        .await;
+    }
+    let text = scrape(bound).await;
+    let got = counted(&text, client);
+    assert_eq!(
+        got,
+        vec![(
+            "{\"class\": \"transient\", \"interface\": \"weather-mcp\", \"kind\": \"transient\"}"
+                .to_owned(),
+            2.0
+        )],
+        "two transient attempts of tools/call, the retry no violation"
+    );
+}
+
+/// Call `n` of `client`: an MCP `method` (its JSON-RPC `code`, if any) over one POST to `path`
+/// on the MCP server, answered `status`, the request exported before its call.
+fn over(
+    client: &str,
+    n: u32,
+    method: &str,
+    code: Option<i64>,
+    (path, status): (&str, i64),
+) -> Vec<(String, Span)> {
+    let at = T0 + u64::from(n) * 1_000_000_000;
+    let trace = [n.to_be_bytes().as_slice(), &[5; 12]].concat();
+    let mut attributes = vec![s("mcp.method.name", method)];
+    if method == "tools/call" {
+        attributes.push(s("gen_ai.tool.name", "get_weather"));
+    }
+    let failed = code.map(|c| {
+        attributes.push(i("rpc.jsonrpc.error_code", c));
+        opentelemetry_proto::tonic::trace::v1::Status {
+            code: 2,
+            ..Default::default()
+        }
+    });
+    let call = Span {
+        trace_id: trace.clone(),
+        span_id: [[1, 0, 0, 0].as_slice(), &n.to_be_bytes()].concat(),
+        kind: 3,
+        name: format!("MCP send {method}"),
+        start_time_unix_nano: at,
+        end_time_unix_nano: at + 40_000_000,
+        attributes,
+        status: failed,
+        ..Default::default()
+    };
+    let request = Span {
+        trace_id: trace,
+        span_id: [[2, 0, 0, 0].as_slice(), &n.to_be_bytes()].concat(),
+        parent_span_id: call.span_id.clone(),
+        kind: 3,
+        name: "POST".into(),
+        start_time_unix_nano: at + 5_000_000,
+        end_time_unix_nano: at + 35_000_000,
+        attributes: vec![
+            s("http.request.method", "POST"),
+            s("url.full", &format!("http://mcp.test:8080{path}")),
+            i("http.response.status_code", status),
+        ],
+        ..Default::default()
+    };
+    vec![(client.to_owned(), request), (client.to_owned(), call)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discovery_call_served_on_an_undeclared_path_is_a_read() {
+    let server = start(CONFIG).await;
+    let bound = &server.bound;
+    // `initialize` served on the SDK's fallback path, then a tool the server does not have.
+    let client = "fallback-reader";
+    let mut spans = over(client, 6_000, "initialize", None, ("/mcp/sse", 200));
+    spans.extend(over(
+        client,
+        6_001,
+        "tools/call",
+        Some(-32601),
+        ("/mcp", 200),
+    ));
+    send(bound, export_many(&spans)).await;
+    let text = scrape(bound).await;
+    let refusals = value(
+        &text,
+        "refusal_gate_attempts_total",
+        &[("client", client), ("kind", "protocol_not_supported")],
+    );
+    assert_eq!(
+        refusals,
+        1.0,
+        "a verified refusal: {:?}",
+        counted(&text, client)
+    );
+    // A 405, then `server/discover` served on an undeclared path: reading, never a probe.
+    let client = "reader-after-405";
+    let mut spans = over(client, 6_100, "tools/call", None, ("/mcp", 405));
+    spans.extend(over(
+        client,
+        6_101,
+        "server/discover",
+        None,
+        ("/mcp/discover", 200),
+    ));
+    send(bound, export_many(&spans)).await;
+    let text = scrape(bound).await;
+    assert_eq!(
+        value(
+            &text,
+            "refusal_gate_violations_total",
+            &[("client", client), ("violation", "probe_after_refusal")],
+        ),
+        0.0,
+        "{:?}",
+        counted(&text, client)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "refusal_gate_discovery_reads_total",
+            &[("client", client)]
+        ),
+        1.0
+    );
+}

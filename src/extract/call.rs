@@ -148,7 +148,8 @@ pub fn nest<'a>(outer: &Attempt<'a>, inner: &Attempt<'a>) -> Attempt<'a> {
 
 /// A transport request of a protocol call as an attempt (§11.1): the call's family and
 /// operation, the request's own server, path, status, server's delay and timeout; the request
-/// that ended `last` also carries the call's JSON-RPC code, `error.type` and failure. A request
+/// that ended `last` also carries the call's JSON-RPC code, `error.type` (and the timeout read
+/// from it) and failure. A request
 /// to a path its interface declares `no` (`undeclared`) is about that path: the path follows
 /// the operation, and a `404` is that path's answer whatever JSON-RPC code the call reports.
 pub fn transport<'a>(
@@ -179,6 +180,12 @@ pub fn transport<'a>(
                 c.error_type.or(r.error_type)
             } else {
                 r.error_type
+            },
+            // A timeout read from the call's `error.type` (§3) goes with it.
+            timeout: if last {
+                r.timeout.or(c.timeout)
+            } else {
+                r.timeout
             },
             status_error: r.status_error || (last && c.status_error),
             ..*r

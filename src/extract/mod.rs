@@ -685,8 +685,9 @@ pub enum Discovery {
 }
 
 /// How `attempt` used `interface`'s discovery document: a GET of a discovery path, an MCP or
-/// A2A discovery method (not sent to an undeclared path), or gRPC server reflection; read when
-/// it `succeeded` (classified `ok`) and, for a GET, its status was 2xx.
+/// A2A discovery method, or gRPC server reflection; read when it `succeeded` (classified `ok`)
+/// and, for a GET, its status was 2xx. A discovery method sent to an undeclared path is a read
+/// when it succeeded, and otherwise not even asking.
 pub fn discovery(
     attempt: &Attempt<'_>,
     succeeded: bool,
@@ -715,18 +716,18 @@ pub fn discovery(
                 .is_some_and(|s| (200..300).contains(&s)),
         );
     }
-    // A request to a path the interface does not declare is about that path (DESIGN §11.1),
-    // whatever method it carries.
     let asks = match attempt.family {
-        _ if !attempt.operation.via.is_empty() => false,
         Family::Mcp | Family::A2a => DISCOVERY_METHODS.contains(&attempt.operation.verb),
         Family::Grpc => is_reflection(attempt.operation.verb),
         Family::JsonRpc | Family::Http => false,
     };
-    if asks {
-        read_if(true)
-    } else {
-        Discovery::None
+    match (asks, attempt.operation.via.is_empty()) {
+        (true, true) => read_if(true),
+        // Sent to a path the interface does not declare (DESIGN §11.1): a key of its own, and
+        // what that path answered — a read when it succeeded (an SDK's fallback path that
+        // served it), else no asking either, so that probing paths is seen.
+        (true, false) if succeeded => Discovery::Read,
+        _ => Discovery::None,
     }
 }
 

@@ -285,6 +285,30 @@ fn a_transport_request_is_an_attempt_of_its_calls_operation_and_the_last_carries
     assert!(first.signal.status_error, "its own 503");
     let ok = post("/mcp", 200);
     let last = transport(&call, &ok, true, false);
+    assert_eq!(last.signal.timeout, None);
+    // The call timed out (its `error.type`) over a request answered 200: the last request
+    // carries the timeout; an earlier one does not.
+    let timed_out = Attempt {
+        signal: Signal {
+            timeout: Some("TimeoutError"),
+            error_type: Some("TimeoutError"),
+            status_error: true,
+            ..Signal::default()
+        },
+        ..mcp("tools/call", "lookup")
+    };
+    let carried = transport(&timed_out, &ok, true, false);
+    assert_eq!(carried.signal.timeout, Some("TimeoutError"));
+    assert_eq!(carried.signal.error_type, Some("TimeoutError"));
+    assert_eq!(
+        transport(&timed_out, &ok, false, false).signal.timeout,
+        None
+    );
+    assert_eq!(
+        transport(&timed_out, &request, true, false).signal.timeout,
+        Some("ReadTimeout"),
+        "the request's own timeout first"
+    );
     assert_eq!(last.signal.jsonrpc_code, Some(-32602));
     assert_eq!(last.signal.error_type, Some("-32602"));
     assert!(last.signal.status_error);
