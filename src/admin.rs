@@ -108,13 +108,22 @@ async fn asset(content_type: &'static str, body: &'static str) -> impl IntoRespo
     )
 }
 
+/// Settles every pending verdict before an answer that shows them, on the blocking pool: it
+/// waits for the held calls' lock, which a large request's join may hold, and an async worker
+/// must not wait there (`/readyz` and the receivers need it).
+async fn settle(pipeline: &Arc<Pipeline>) {
+    let pipeline = Arc::clone(pipeline);
+    let now = crate::clock::now();
+    let _ = tokio::task::spawn_blocking(move || pipeline.settle(true, now)).await;
+}
+
 /// `GET /api/v1/status`: the console's fleet (one page of it), alerts, interfaces and health.
 async fn status(
     State(admin): State<Admin>,
     Query(mut q): Query<console::FleetQuery>,
 ) -> impl IntoResponse {
     let now = crate::clock::now();
-    admin.pipeline.settle(true, now);
+    settle(&admin.pipeline).await;
     admin
         .pipeline
         .metrics()
@@ -131,7 +140,7 @@ async fn status(
 /// label is (a name longer than `metrics.max_label_bytes` is cut as the label was); 404 for a
 /// client not known, whose body does not repeat the name.
 async fn client(State(admin): State<Admin>, Path(name): Path<String>) -> axum::response::Response {
-    admin.pipeline.settle(true, crate::clock::now());
+    settle(&admin.pipeline).await;
     let name = crate::label::shorten(&name, admin.pipeline.metrics().max_label_bytes());
     match console::client(&admin.pipeline, &name, admin.trace_url.as_deref()) {
         Some(story) => (
@@ -146,7 +155,7 @@ async fn client(State(admin): State<Admin>, Path(name): Path<String>) -> axum::r
 /// `/metrics`: OpenMetrics text (with exemplars) when the scraper's `Accept` asks for it, as
 /// Prometheus does; the 0.0.4 text format otherwise.
 async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> impl IntoResponse {
-    admin.pipeline.settle(true, crate::clock::now());
+    settle(&admin.pipeline).await;
     admin
         .pipeline
         .metrics()
@@ -164,7 +173,7 @@ async fn metrics(State(admin): State<Admin>, headers: HeaderMap) -> impl IntoRes
 
 /// The firing alerts, in the shape of Prometheus's `/api/v1/alerts`.
 async fn alerts(State(admin): State<Admin>) -> impl IntoResponse {
-    admin.pipeline.settle(true, crate::clock::now());
+    settle(&admin.pipeline).await;
     let firing = admin.pipeline.alerter().firing(crate::clock::now());
     let alerts: Vec<serde_json::Value> = crate::alert::delivery::to_json(&firing, "")
         .as_array()

@@ -552,7 +552,11 @@ impl Server {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                sweep_pipeline.sweep(crate::clock::now());
+                // On the blocking pool: the sweep waits for the held calls' lock, which a large
+                // request's join may hold, and an async worker must not wait there.
+                let pipeline = Arc::clone(&sweep_pipeline);
+                let _ =
+                    tokio::task::spawn_blocking(move || pipeline.sweep(crate::clock::now())).await;
             }
         }));
 

@@ -15,6 +15,8 @@ use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use std::ops::Range;
 
+pub mod hostile;
+
 /// Span times start here (2023-11-14T22:13:20Z), one millisecond apart.
 pub const T0: u64 = 1_700_000_000_000_000_000;
 

@@ -1731,3 +1731,86 @@ fn the_report_of_sixteen_thousand_clients_tells_every_story_and_its_time_is_prin
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Sizes of the hostile shapes, as issue 44 measured them.
+const HOSTILE: [(&str, usize); 7] = [
+    ("ring", 64_000),
+    ("star", 100_000),
+    ("chain", 100_000),
+    ("carriers", 100_000),
+    ("carriers by time", 100_000),
+    ("gateway comb", 4_500),
+    ("siblings, a request each", 10_000),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_call_trees_are_joined_while_readyz_keeps_answering() {
+    use refusal_gate::workload::hostile;
+    let dir = temp_dir("hostile");
+    let (config, ports) = binary_config(&dir, "hostile", hostile::CONFIG);
+    let _server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    // /readyz asked every 20 ms meanwhile, each answer's time kept.
+    // The shape being sent (its place in HOSTILE; past the end: all sent).
+    let phase = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let probe = {
+        let phase = phase.clone();
+        let url = format!("http://127.0.0.1:{}/readyz", ports.admin);
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut answers = Vec::new();
+            loop {
+                let during = phase.load(std::sync::atomic::Ordering::Relaxed);
+                if during == HOSTILE.len() {
+                    break;
+                }
+                let asked = std::time::Instant::now();
+                let status = client.get(&url).send().await.map(|r| r.status().as_u16());
+                answers.push((during, status.ok(), asked.elapsed()));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            answers
+        })
+    };
+    let client = reqwest::Client::new();
+    let mut sent = 0;
+    for (shape, n) in HOSTILE {
+        let started = std::time::Instant::now();
+        for body in hostile::requests(shape, n) {
+            let answer = client
+                .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
+                .header("content-type", "application/x-protobuf")
+                .body(body)
+                .send()
+                .await
+                .expect("the receiver answers");
+            assert_eq!(answer.status(), 200, "{shape}");
+        }
+        sent += n;
+        phase.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        eprintln!("{shape}, {n} spans: answered in {:?}", started.elapsed());
+    }
+    let answers = probe.await.expect("the probe ends");
+    for (k, (shape, _)) in HOSTILE.iter().enumerate() {
+        let during: Vec<Duration> = answers.iter().filter(|a| a.0 == k).map(|a| a.2).collect();
+        eprintln!(
+            "/readyz while {shape} was sent: {} answers, the slowest in {:?}",
+            during.len(),
+            during.iter().max()
+        );
+    }
+    assert!(
+        answers.iter().all(|(_, status, _)| *status == Some(200)),
+        "/readyz answered every time: {answers:?}"
+    );
+    let m = metrics(ports.admin).await;
+    assert_eq!(
+        value(&m, "refusal_gate_receiver_accepted_spans_total", &[]),
+        sent as f64
+    );
+    assert_eq!(
+        value(&m, "refusal_gate_call_cycles_cut_total", &[]),
+        1.0,
+        "the ring's cut"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
