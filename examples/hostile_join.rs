@@ -2,9 +2,10 @@
 //! (`refusal_gate::workload::hostile`), each at N spans and at 4N, in one process, one thread:
 //! the time of each, and the ratio (4 for a join linear in its spans, 16 for a quadratic one).
 //!
-//!     cargo run --release --example hostile_join [N]
+//!     cargo run --release --example hostile_join [N] [SHAPE]
 //!
-//! N is 16,000 by default. Prints a table; asserts nothing.
+//! N is 16,000 by default; SHAPE, one shape's name, times that one alone. Prints a table;
+//! asserts nothing.
 
 use refusal_gate::config::Config;
 use refusal_gate::pipeline::{Encoding, Pipeline, Transport};
@@ -33,7 +34,11 @@ fn main() {
         4 * n
     );
     println!("|---|---|---|---|");
-    for name in hostile::SHAPES {
+    let only = std::env::args().nth(2);
+    for name in hostile::SHAPES
+        .into_iter()
+        .filter(|s| only.as_deref().is_none_or(|o| o == *s))
+    {
         let small = hostile::requests(name, n);
         let large = hostile::requests(name, 4 * n);
         let (a, b) = (time(&small), time(&large));
