@@ -1167,3 +1167,6 @@ impl Fenwick {
         self.sum(self.0.len() - 1)
     }
 }
+
+#[cfg(test)]
+mod tests;

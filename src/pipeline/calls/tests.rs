@@ -217,3 +217,80 @@ fn a_calls_memory_is_itself_what_it_waits_for_and_its_spans_strings() {
     calls.keep(counted);
     assert_eq!(calls.bytes(), base + 2 * observation);
 }
+
+#[test]
+fn a_sibling_joins_its_held_call_in_place_and_its_memory_is_counted_as_if_kept_anew() {
+    let mut calls = Calls::new(5, 1_000, BIG);
+    // 2 waits for 1; 3 for 1 and 7: one call, waiting for both.
+    calls.keep(held(2, 1, 1));
+    let mut three = held(3, 1, 2);
+    if let State::Held { open } = &mut three.state {
+        open.push(span(7));
+    }
+    assert!(calls.keep(three).is_empty());
+    // 4 waits for 7 only: found by it, and the call waits for 7 once.
+    calls.keep(held(4, 7, 3));
+    assert_eq!(calls.spans(), 3);
+    let whole = calls.take_awaiting(&span(7)).expect("one call");
+    assert_eq!(ids(&whole), [2, 3, 4]);
+    assert_eq!(whole.since, 1);
+    assert_eq!(
+        whole.state,
+        State::Held {
+            open: vec![span(1), span(7)]
+        }
+    );
+    assert!(calls.is_empty() && !calls.any_awaiting());
+    assert_eq!(
+        (calls.spans(), calls.bytes()),
+        (0, 0),
+        "what was added went"
+    );
+    // Kept again, then joined one by one: the bytes as if the whole were kept at once.
+    let at_once = whole.bytes();
+    calls.keep(held(2, 1, 1));
+    calls.keep(held(3, 1, 2));
+    calls.keep(held(4, 1, 3));
+    let one_by_one = calls.bytes();
+    let whole = calls.take_awaiting(&span(1)).expect("one call");
+    assert_eq!(one_by_one, whole.bytes());
+    assert!(at_once > one_by_one, "7 no longer waited for");
+}
+
+#[test]
+fn an_older_sibling_makes_the_call_older_and_it_is_due_by_the_older() {
+    let mut calls = Calls::new(5, 100, BIG);
+    calls.keep(held(2, 1, 3));
+    calls.keep(held(3, 1, 1));
+    let due: Vec<Vec<u8>> = calls.due(6, false).iter().map(ids).collect();
+    assert_eq!(due, [vec![2, 3]], "due at 1 + 5, not 3 + 5");
+}
+
+#[test]
+fn a_counted_call_forgotten_past_a_bound_is_known_as_counted_for_a_minute() {
+    let mut calls = Calls::new(5, 1, BIG);
+    calls.keep(counted(9, 0));
+    assert!(!calls.was_counted(&span(9)), "still kept");
+    calls.keep(counted(8, 1));
+    assert!(calls.was_counted(&span(9)), "forgotten past the bound");
+    assert!(!calls.was_counted(&span(8)));
+    let minute = 60 * crate::clock::SECOND;
+    calls.due(minute - 1, false);
+    assert!(calls.was_counted(&span(9)));
+    calls.due(minute, false);
+    assert!(
+        !calls.was_counted(&span(9)),
+        "no longer than it would have been kept"
+    );
+    // At most four times the bound (here 1): the oldest go first.
+    for id in 10..16 {
+        calls.counted_gone(span(id), minute);
+    }
+    assert!(!calls.was_counted(&span(11)) && calls.was_counted(&span(12)));
+    assert!(calls.was_counted(&span(15)));
+    // Forgotten by time, never known as counted.
+    let mut calls = Calls::new(5, 10, BIG);
+    calls.keep(counted(9, 0));
+    calls.due(minute, false);
+    assert!(!calls.was_counted(&span(9)));
+}

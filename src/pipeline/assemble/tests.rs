@@ -1,0 +1,106 @@
+//! Tests of the join's pure parts: cycles of parent ids cut, and which HTTP span's time
+//! contains which protocol span's, against the plain reading of both.
+
+use super::*;
+use proptest::prelude::*;
+
+/// Spans `0..n` with the parents `parents` names (`None`: a root), each joined as nested.
+fn joined(parents: &[Option<usize>]) -> Vec<Joined> {
+    parents
+        .iter()
+        .map(|p| Joined {
+            parent: p.map(|p| (p, Link::Nested)),
+            carrier: None,
+        })
+        .collect()
+}
+
+fn parents(joined: &[Joined]) -> Vec<Option<usize>> {
+    joined.iter().map(|j| j.parent.map(|(p, _)| p)).collect()
+}
+
+#[test]
+fn a_cycle_is_cut_above_its_earliest_span_and_nothing_else_is_touched() {
+    // 0 → 1 → 2 → 0, a ring; 3 under 1, a tail into it; 4 → 5 → 4 another; 6 a root.
+    let mut j = joined(&[Some(1), Some(2), Some(0), Some(1), Some(5), Some(4), None]);
+    // The earliest to start: 2 in the first ring, 5 in the second.
+    let start = [30, 20, 10, 0, 50, 40, 0];
+    assert_eq!(cut_cycles(&mut j, |i| start[i]), 2);
+    assert_eq!(
+        parents(&j),
+        [Some(1), Some(2), None, Some(1), Some(5), None, None]
+    );
+    // A span that names itself.
+    let mut j = joined(&[Some(0), None]);
+    assert_eq!(cut_cycles(&mut j, |i| i), 1);
+    assert_eq!(parents(&j), [None, None]);
+    // No cycle, nothing cut: a chain and a star.
+    let mut j = joined(&[None, Some(0), Some(1), Some(0), Some(0)]);
+    assert_eq!(cut_cycles(&mut j, |i| i), 0);
+    assert_eq!(parents(&j), [None, Some(0), Some(1), Some(0), Some(0)]);
+}
+
+proptest! {
+    #[test]
+    fn after_the_cut_every_span_reaches_a_root_and_only_cycles_lost_a_parent(
+        raw in proptest::collection::vec(proptest::option::of(0usize..12), 1..12),
+    ) {
+        let n = raw.len();
+        let before: Vec<Option<usize>> = raw.iter().map(|p| p.map(|p| p % n)).collect();
+        let mut j = joined(&before);
+        let cut = cut_cycles(&mut j, |i| i);
+        let after = parents(&j);
+        // Every walk up ends at a root within n steps.
+        for i in 0..n {
+            let mut at = i;
+            let mut steps = 0;
+            while let Some(p) = after[at] {
+                at = p;
+                steps += 1;
+                prop_assert!(steps <= n, "span {i} still loops: {after:?}");
+            }
+        }
+        // Each cut span was on a cycle before: walking up from it came back to it.
+        let on_cycle = |i: usize| {
+            let mut at = before[i];
+            for _ in 0..n {
+                match at {
+                    Some(p) if p == i => return true,
+                    Some(p) => at = before[p],
+                    None => return false,
+                }
+            }
+            false
+        };
+        let lost: Vec<usize> = (0..n).filter(|&i| before[i] != after[i]).collect();
+        prop_assert_eq!(lost.len(), cut);
+        for &i in &lost {
+            prop_assert!(on_cycle(i), "{i} lost its parent but was on no cycle");
+            prop_assert_eq!(after[i], None);
+        }
+    }
+
+    #[test]
+    fn the_sweeps_count_containment_as_the_plain_reading_does(
+        outer in proptest::collection::vec((0u64..40, 0u64..40), 0..12),
+        inner in proptest::collection::vec((0u64..40, 0u64..40), 0..12),
+    ) {
+        // Spans 0..m are the outer ones, m.. the inner ones; each (start, start + length).
+        let times: Vec<(Nanos, Nanos)> = outer.iter().chain(&inner).map(|&(s, l)| (s, s + l)).collect();
+        let span = |i: usize| times[i];
+        let outer: Vec<usize> = (0..outer.len()).collect();
+        let inner: Vec<usize> = (outer.len()..times.len()).collect();
+        let contains = |h: usize, i: usize| span(h).0 <= span(i).0 && span(i).1 <= span(h).1;
+        let around = containing(&outer, &inner, span);
+        for (k, &i) in inner.iter().enumerate() {
+            let plain: Vec<usize> = (0..outer.len()).filter(|&p| contains(outer[p], i)).collect();
+            prop_assert_eq!(around[k].0, plain.len());
+            let one = (plain.len() == 1).then(|| plain[0]);
+            prop_assert_eq!(around[k].1, one);
+        }
+        let inside = contained(&outer, &inner, span);
+        for (p, &h) in outer.iter().enumerate() {
+            prop_assert_eq!(inside[p], inner.iter().filter(|&&i| contains(h, i)).count());
+        }
+    }
+}
