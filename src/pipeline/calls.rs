@@ -305,14 +305,16 @@ impl Calls {
         // Siblings: the held calls waiting for one of the same parents. The first found that
         // is at least as old takes the call in, where it is (a parent with 10,000 children
         // that come one by one costs one step each, not a rebuild); any other joins too.
-        if let State::Held { open } = &call.state {
-            let into = open
+        let into = match &call.state {
+            State::Held { open } => open
                 .iter()
                 .filter_map(|k| self.awaiting.get(k).copied())
-                .find(|&id| self.get(id).is_some_and(|s| s.call.since <= call.since));
-            if let Some(id) = into {
-                return self.join(id, call);
-            }
+                .find(|&id| self.get(id).is_some_and(|s| s.call.since <= call.since)),
+            State::Counted { .. } => None,
+        };
+        if let (Some(id), State::Held { open }) = (into, &mut call.state) {
+            let open = std::mem::take(open);
+            return self.join(id, call.members, open, call.since);
         }
         let mut k = 0;
         while let State::Held { open } = &call.state {
@@ -356,13 +358,17 @@ impl Calls {
         self.enforce()
     }
 
-    /// Adds held `call` to the held call `id` (as old or older), in place: its spans and the
-    /// parents it waits for are added, nothing of the call already kept is touched again. The
-    /// other held calls waiting for a parent `call` waits for join it too.
-    fn join(&mut self, id: Handle, call: Call) -> Vec<(Call, Bound)> {
-        let State::Held { open } = call.state else {
-            return Vec::new();
-        };
+    /// Adds a held call (its spans `members`, waiting for `open`, since `since`) to the held
+    /// call `id`, as old or older, in place: its spans and the parents it waits for are added,
+    /// nothing of the call already kept is touched again. The other held calls waiting for a
+    /// parent it waits for join too.
+    fn join(
+        &mut self,
+        id: Handle,
+        mut members: Vec<Kept>,
+        open: Vec<SpanKey>,
+        mut since: Nanos,
+    ) -> Vec<(Call, Bound)> {
         let mut others: Vec<Call> = Vec::new();
         let mut new_open: Vec<SpanKey> = Vec::new();
         for k in open {
@@ -372,8 +378,6 @@ impl Calls {
                 None => new_open.push(k),
             }
         }
-        let mut members = call.members;
-        let mut since = call.since;
         for other in others {
             since = since.min(other.since);
             members.extend(other.members);
@@ -382,18 +386,22 @@ impl Calls {
             }
         }
         let at = (id & u64::from(u32::MAX)) as usize;
-        let Some(slot) = self.slots[at].as_mut().filter(|s| s.handle == id) else {
-            return Vec::new();
-        };
-        if since < slot.call.since {
-            // An older call joined: the order of held calls is by age, so keep it anew.
-            let taken = self.take(id).expect("kept");
-            let call = Call {
+        let in_place = self.slots[at]
+            .as_ref()
+            .is_some_and(|s| s.handle == id && since >= s.call.since);
+        if !in_place {
+            // An older call joined (the order of held calls is by age), or none is kept there
+            // any more: kept anew, with what is kept there.
+            let joined = Call {
                 members,
                 state: State::Held { open: new_open },
                 since,
             };
-            return self.keep(merge(taken, call));
+            let call = match self.take(id) {
+                Some(kept) => merge(kept, joined),
+                None => joined,
+            };
+            return self.keep(call);
         }
         new_open.sort_unstable();
         new_open.dedup();
@@ -407,12 +415,14 @@ impl Calls {
             self.awaiting.insert(*k, id);
         }
         self.spans += members.len();
-        slot.call.members.extend(members);
-        if let State::Held { open } = &mut slot.call.state {
-            open.extend(new_open);
-        }
-        slot.bytes += added;
         self.bytes += added;
+        if let Some(slot) = self.slots[at].as_mut() {
+            slot.call.members.extend(members);
+            if let State::Held { open } = &mut slot.call.state {
+                open.extend(new_open);
+            }
+            slot.bytes += added;
+        }
         self.enforce()
     }
 
