@@ -700,7 +700,8 @@ impl Server {
     /// within their share), the tracker's last settlement, the last alerts and the export
     /// queue (each within its share), then the state file (within what is left: a write
     /// still running then is abandoned, and the previous file stays whole; `main` ends the
-    /// runtime without waiting for it), then the admin endpoint.
+    /// runtime without waiting for it), then the last OTLP metrics push (within its own
+    /// `timeout` and what is left), then the admin endpoint.
     pub async fn shutdown(mut self) {
         let started = tokio::time::Instant::now();
         let deadline = started + self.shutdown_timeout;
@@ -730,14 +731,6 @@ impl Server {
                 );
             }
         }
-        if let Some((stop, task)) = self.push.take() {
-            // One last push, within what is left (its own timeout bounds it too).
-            let _ = stop.send(true);
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if tokio::time::timeout(left, task).await.is_err() {
-                tracing::warn!("The last OTLP metrics push did not finish in time.");
-            }
-        }
         if let Some(path) = self.state_file.clone() {
             let (pipeline, writing) = (Arc::clone(&self.pipeline), Arc::clone(&self.state_writing));
             let write =
@@ -747,6 +740,16 @@ impl Server {
                 tracing::error!(
                     "The state file could not be written before service.shutdown_timeout; the previous one stays."
                 );
+            }
+        }
+        if let Some((stop, task)) = self.push.take() {
+            // One last push, within what is left (its own timeout bounds it too), once the
+            // state is safe: a receiver that does not answer costs the last counts, never the
+            // state file.
+            let _ = stop.send(true);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if tokio::time::timeout(left, task).await.is_err() {
+                tracing::warn!("The last OTLP metrics push did not finish in time.");
             }
         }
         let _ = self.stop_admin.send(true);

@@ -343,9 +343,12 @@ impl Pusher {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
+            // The stop signal first: stopped while pushing or waiting to retry, the last push
+            // is made at once.
             let stopping = tokio::select! {
-                _ = ticks.tick() => false,
+                biased;
                 _ = stop.wait_for(|s| *s) => true,
+                _ = ticks.tick() => false,
             };
             let now = crate::clock::now();
             // What a scrape reads: the pending verdicts settled first.
@@ -357,7 +360,21 @@ impl Pusher {
             let due = tokio::time::Instant::now() + config.interval;
             let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
             loop {
-                match self.target.push(&config, &request).await {
+                // The whole push within `timeout` (a handshake never finished and an answer's
+                // body never ending too), and, before the last, given up at the stop signal:
+                // the last push and the state file come after it.
+                let pushed =
+                    tokio::time::timeout(config.timeout, self.target.push(&config, &request));
+                let outcome = tokio::select! {
+                    outcome = pushed => outcome.unwrap_or_else(|_| {
+                        Err(Failure::Retry(None, format!("no answer within {:?}", config.timeout)))
+                    }),
+                    _ = stop.wait_for(|s| *s), if !stopping => {
+                        metrics.metric_push("failed");
+                        break;
+                    }
+                };
+                match outcome {
                     Ok(()) => {
                         metrics.metric_push("sent");
                         break;
@@ -379,7 +396,10 @@ impl Pusher {
                             break;
                         }
                         metrics.metric_push("retried");
-                        tokio::time::sleep(wait).await;
+                        tokio::select! {
+                            _ = tokio::time::sleep(wait) => {}
+                            _ = stop.wait_for(|s| *s) => break,
+                        }
                     }
                 }
             }

@@ -1814,3 +1814,139 @@ async fn hostile_call_trees_are_joined_while_readyz_keeps_answering() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A loopback port that accepts connections and never says a word: a metrics receiver
+/// stalled before its first byte (an HTTP answer never sent, an HTTP/2 handshake never
+/// finished). Kept open while the returned listener lives.
+fn silent_receiver() -> (std::net::TcpListener, u16) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    let accepting = listener.try_clone().expect("cloned");
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in accepting.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    (listener, port)
+}
+
+/// An answer's body that never ends, nor sends a byte.
+struct EndlessBody;
+
+impl http_body::Body for EndlessBody {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+/// A receiver on a loopback port that answers every request at once with 200 and the
+/// `content_type`, over HTTP/2 (`http2`, as gRPC) or HTTP/1, and then never sends the body.
+async fn headers_then_nothing(http2: bool, content_type: &'static str) -> u16 {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(move |_| async move {
+                hyper::Response::builder()
+                    .header("content-type", content_type)
+                    .body(EndlessBody)
+            });
+            let io = TokioIo::new(stream);
+            tokio::spawn(async move {
+                if http2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_metrics_receiver_costs_neither_the_shutdown_deadline_nor_the_state_file() {
+    let (_silent, silent) = silent_receiver();
+    // A receiver that answers 503 and asks for 30 s.
+    let busy = common::serve_http(axum::Router::new().fallback(|| async {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "30")],
+            "busy",
+        )
+    }))
+    .await;
+    let grpc_stalled = headers_then_nothing(true, "application/grpc").await;
+    let http_stalled = headers_then_nothing(false, "application/x-protobuf").await;
+    let receivers = [
+        (
+            "a gRPC receiver that sends headers, then nothing",
+            format!("http://127.0.0.1:{grpc_stalled}"),
+            "grpc",
+        ),
+        (
+            "an HTTP receiver whose answer's body never ends",
+            format!("http://127.0.0.1:{http_stalled}"),
+            "http/protobuf",
+        ),
+        (
+            "an HTTP receiver that never answers",
+            format!("http://127.0.0.1:{silent}"),
+            "http/protobuf",
+        ),
+        (
+            "a gRPC receiver whose handshake never ends",
+            format!("http://127.0.0.1:{silent}"),
+            "grpc",
+        ),
+        (
+            "an HTTP receiver asking for 30 s",
+            format!("http://{busy}"),
+            "http/protobuf",
+        ),
+    ];
+    for (k, (what, endpoint, protocol)) in receivers.into_iter().enumerate() {
+        let dir = temp_dir(&format!("stalled-push-{k}"));
+        let extra = format!(
+            "{}exporters:\n  otlp_metrics: {{ endpoint: \"{endpoint}\", protocol: {protocol}, interval: 1s, timeout: 2s }}\n",
+            state_file(&dir.join("state"))
+        );
+        let (config, ports) = binary_config(&dir, "stalled", &extra);
+        let server = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+        export_keys(ports.http, 0..2).await;
+        let keys = tracker_keys(ports.admin).await;
+        assert_eq!(keys, 1_000.0, "{what}");
+        // A push under way (or waiting to retry) when the signal comes.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        let started = std::time::Instant::now();
+        terminate(server).await;
+        let took = started.elapsed();
+        eprintln!("{what}: stopped in {took:?}");
+        // Within the push's timeout (2 s) and 2 s more.
+        assert!(
+            took < Duration::from_secs(4),
+            "{what}: stopping took {took:?}"
+        );
+        let _again = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+        assert_eq!(
+            tracker_keys(ports.admin).await,
+            keys,
+            "{what}: the state file is whole"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
