@@ -491,13 +491,31 @@ pub fn http_client(
     section: &str,
     base_dir: &Path,
 ) -> anyhow::Result<reqwest::Client> {
-    let mut client = reqwest::Client::builder();
+    // OTLP requests are never redirected: a redirect is an answer like any other non-2xx
+    // (following one would send the body elsewhere, or as a bodiless GET).
+    let mut client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
     if let Some(files) = tls_files(endpoint, tls, section, base_dir)? {
         client = files
             .http(client)
             .with_context(|| format!("cannot use {section}.tls"))?;
     }
     Ok(client.build()?)
+}
+
+/// An error with every cause under it, `: `-separated: what a failed send says (a refused
+/// connection, a certificate not trusted, a timeout), not only that it failed.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The PEM files of `exporters.otlp.tls`, read: what either client is built with.
@@ -1005,7 +1023,7 @@ async fn send_http(
     };
     let response = match request.body(body).send().await {
         Ok(r) => r,
-        Err(e) => return Sent::Retry(e.to_string(), None),
+        Err(e) => return Sent::Retry(error_chain(&e), None),
     };
     let status = response.status();
     let hint = response
@@ -1038,6 +1056,30 @@ async fn send_http(
 mod tests {
     use super::*;
     use std::io::Read;
+
+    #[test]
+    fn an_error_chain_names_every_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        assert_eq!(error_chain(&io), "connection refused");
+        #[derive(Debug)]
+        struct Outer(std::io::Error, &'static str);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.1)
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let refused = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let sending = Outer(refused(), "error sending request");
+        assert_eq!(error_chain(&sending), "error sending request: refused");
+        // A cause the text already says is not said twice.
+        let said = Outer(refused(), "error sending request: refused");
+        assert_eq!(error_chain(&said), "error sending request: refused");
+    }
 
     #[test]
     fn a_signals_url_is_the_base_with_its_path_added_once() {

@@ -276,7 +276,7 @@ impl Target {
                 let response = match post.body(body).send().await {
                     Ok(response) => response,
                     // A connection error or a timeout: transient.
-                    Err(e) => return Err(Failure::Retry(None, e.to_string())),
+                    Err(e) => return Err(Failure::Retry(None, crate::export::error_chain(&e))),
                 };
                 let status = response.status().as_u16();
                 let hint = response

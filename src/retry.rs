@@ -27,8 +27,10 @@ pub fn judge(status: u16, retry_after: Option<&str>, now: u64) -> Answer {
                 .and_then(|v| self::retry_after(v, now))
                 .map(Duration::from_nanos),
         ),
-        400..=499 => Answer::Final,
-        _ => Answer::Success,
+        200..=299 => Answer::Success,
+        // Other 4xx, and what is no answer to the request itself: a redirect (never
+        // followed), 1xx.
+        _ => Answer::Final,
     }
 }
 
@@ -91,6 +93,10 @@ mod tests {
         let then = 1_445_412_480 * 1_000_000_000;
         assert_eq!(judge(200, None, then), Answer::Success);
         assert_eq!(judge(204, None, then), Answer::Success);
+        assert_eq!(judge(299, None, then), Answer::Success);
+        for status in [100, 199, 300, 301, 302, 304, 307, 308, 399] {
+            assert_eq!(judge(status, None, then), Answer::Final, "{status}");
+        }
         for status in [400, 401, 403, 404, 405, 410, 422] {
             assert_eq!(judge(status, None, then), Answer::Final, "{status}");
         }

@@ -1950,3 +1950,38 @@ async fn a_stalled_metrics_receiver_costs_neither_the_shutdown_deadline_nor_the_
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_metrics_push_logs_its_cause() {
+    let dir = temp_dir("push-cause");
+    // A port nothing listens on: the connection is refused.
+    let closed = common::free_port();
+    let extra = format!(
+        "exporters:\n  otlp_metrics: {{ endpoint: \"http://127.0.0.1:{closed}\", protocol: http/protobuf, interval: 1s, timeout: 2s }}\n"
+    );
+    let (config, ports) = binary_config(&dir, "cause", &extra);
+    let log = dir.join("log");
+    let stderr = std::fs::File::create(&log).expect("a log file");
+    let server = spawn_binary(&config, ports.admin, stderr.into()).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while value(
+        &metrics(ports.admin).await,
+        "refusal_gate_exporter_metric_pushes_total",
+        &[("outcome", "failed")],
+    ) < 1.0
+    {
+        assert!(std::time::Instant::now() < deadline, "no failed push");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    terminate(server).await;
+    let text = std::fs::read_to_string(&log).expect("the log");
+    let line = text
+        .lines()
+        .find(|l| l.contains("OTLP metrics push failed"))
+        .expect("the failure is logged");
+    assert!(
+        line.to_lowercase().contains("connection refused"),
+        "the cause is said: {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -313,3 +313,91 @@ async fn a_receiver_down_for_a_while_blocks_nothing_and_then_gets_the_counts_who
     assert_eq!(point.value, 4.0, "the same spans again count nothing more");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_never_followed_nor_counted_as_sent() {
+    use axum::http::{header, StatusCode};
+    // What a redirect would reach: a URL that answers GET (and anything else) 200.
+    let reached = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = reached.clone();
+    let elsewhere = common::serve_http(axum::Router::new().fallback(
+        move |method: axum::http::Method| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().expect("not poisoned").push(method.to_string());
+                StatusCode::OK
+            }
+        },
+    ))
+    .await;
+    let target = format!("http://{elsewhere}/v1/metrics");
+    let redirects: [(&str, axum::Router); 2] = [
+        (
+            "301 without Location",
+            axum::Router::new().fallback(|| async { StatusCode::MOVED_PERMANENTLY }),
+        ),
+        (
+            "302 to a URL that answers GET 200",
+            axum::Router::new().fallback(move || {
+                let target = target.clone();
+                async move { (StatusCode::FOUND, [(header::LOCATION, target)]) }
+            }),
+        ),
+    ];
+    for (what, router) in redirects {
+        let receiver = common::serve_http(router).await;
+        let endpoint = format!("http://{receiver}");
+        let server = start(&format!(
+            "{}  otlp: {{ endpoint: \"{endpoint}\", protocol: http/protobuf }}\n",
+            config(&endpoint, "http/protobuf", "none", "200ms")
+        ))
+        .await;
+        send(
+            &server.bound,
+            export("agent", vec![http_span(1, "GET", "http://api.test/x", 200)]),
+        )
+        .await;
+        // Pushes every 200 ms, and the span forwarded: some answers come.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let text = loop {
+            let text = scrape(&server.bound).await;
+            let failed = value(
+                &text,
+                "refusal_gate_exporter_metric_pushes_total",
+                &[("outcome", "failed")],
+            );
+            let spans = value(
+                &text,
+                "refusal_gate_exporter_failed_spans_total",
+                &[("reason", "refused")],
+            );
+            if failed >= 3.0 && spans >= 1.0 {
+                break text;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no failed push and span: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(
+            value(
+                &text,
+                "refusal_gate_exporter_metric_pushes_total",
+                &[("outcome", "sent")]
+            ),
+            0.0,
+            "{what}: no push counted sent"
+        );
+        assert_eq!(
+            value(&text, "refusal_gate_exporter_sent_spans_total", &[]),
+            0.0,
+            "{what}: no span counted sent"
+        );
+    }
+    assert_eq!(
+        *reached.lock().expect("not poisoned"),
+        Vec::<String>::new(),
+        "no redirect followed"
+    );
+}
