@@ -103,6 +103,23 @@ fn bad_configuration_is_refused_with_the_key_named() {
             "interfaces:\n  - name: x\n    protocol: mcp\n    url: nowhere\n",
             "interfaces[0].url",
         ),
+        // Templates the console would render as a live link that runs a script.
+        (
+            "admin:\n  ui: { trace_url: \"javascript:alert(1)//{trace_id}\" }\n",
+            "admin.ui.trace_url",
+        ),
+        (
+            "admin:\n  ui: { trace_url: \"JavaScript://%0Aalert(1)/{trace_id}\" }\n",
+            "admin.ui.trace_url",
+        ),
+        (
+            "admin:\n  ui: { trace_url: \"data:text/html,<script>x</script>{trace_id}\" }\n",
+            "admin.ui.trace_url",
+        ),
+        (
+            "admin:\n  ui: { trace_url: \" https://tempo.test/{trace_id}\" }\n",
+            "admin.ui.trace_url",
+        ),
     ];
     for (text, key) in cases {
         let path = temp_file("bad.yaml", text);

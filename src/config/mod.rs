@@ -302,7 +302,8 @@ pub struct Admin {
 #[serde(deny_unknown_fields, default)]
 pub struct UiConfig {
     /// A trace's page in your tracing UI, `{trace_id}` replaced by the hex trace id, e.g.
-    /// `http://tempo:3200/trace/{trace_id}`: alerts and attempts link to it. None: no links.
+    /// `http://tempo:3200/trace/{trace_id}`: alerts and attempts link to it (http or https
+    /// only: the console renders it as a link). None: no links.
     pub trace_url: Option<String>,
 }
 

@@ -143,6 +143,15 @@ impl Config {
             }
         }
         if let Some(url) = &self.admin.ui.trace_url {
+            // The console renders it as a link: a `javascript:` or `data:` template would be
+            // a script a click runs.
+            let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if !matches!(scheme.as_deref(), Some("http" | "https")) {
+                return invalid(
+                    "admin.ui.trace_url".into(),
+                    "must be an http:// or https:// URL",
+                );
+            }
             if !url.contains("{trace_id}") {
                 return invalid(
                     "admin.ui.trace_url".into(),
