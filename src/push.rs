@@ -241,7 +241,10 @@ impl Target {
                     Ok(_) => Ok(()),
                     Err(status) => {
                         use tonic::Code;
+                        use tonic_types::StatusExt;
                         let problem = format!("{:?}: {}", status.code(), status.message());
+                        // The receiver's own delay (`RetryInfo`), as `Retry-After` over HTTP.
+                        let hint = status.get_details_retry_info().and_then(|r| r.retry_delay);
                         // OTLP's retryable codes (RESOURCE_EXHAUSTED too: a server that sheds
                         // load says so with it).
                         match status.code() {
@@ -252,7 +255,7 @@ impl Target {
                             | Code::Unavailable
                             | Code::DataLoss
                             | Code::ResourceExhausted
-                            | Code::Unknown => Err(Failure::Retry(None, problem)),
+                            | Code::Unknown => Err(Failure::Retry(hint, problem)),
                             _ => Err(Failure::Final(problem)),
                         }
                     }

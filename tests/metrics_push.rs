@@ -401,3 +401,53 @@ async fn a_redirect_is_never_followed_nor_counted_as_sent() {
         "no redirect followed"
     );
 }
+
+/// A gRPC metrics receiver that sheds every push: `RESOURCE_EXHAUSTED` with a `RetryInfo` of
+/// 20 s. Counts the calls.
+#[derive(Clone, Default)]
+struct Shedding(Arc<Mutex<usize>>);
+
+#[tonic::async_trait]
+impl MetricsService for Shedding {
+    async fn export(
+        &self,
+        _: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        use tonic_types::{ErrorDetails, StatusExt};
+        *self.0.lock().expect("not poisoned") += 1;
+        Err(tonic::Status::with_error_details(
+            tonic::Code::ResourceExhausted,
+            "shedding load",
+            ErrorDetails::with_retry_info(Some(Duration::from_secs(20))),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_receivers_retry_info_is_honoured() {
+    let shedding = Shedding::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let service = MetricsServiceServer::new(shedding.clone());
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await;
+    });
+    let server = start(&config(&format!("http://{addr}"), "grpc", "none", "3s")).await;
+    // Three pushes due (at 3, 6 and 9 s): each asked to wait 20 s, past the next push, so
+    // each is given up at once, never retried sooner.
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    let calls = *shedding.0.lock().expect("not poisoned");
+    let text = scrape(&server.bound).await;
+    let retried = value(
+        &text,
+        "refusal_gate_exporter_metric_pushes_total",
+        &[("outcome", "retried")],
+    );
+    assert_eq!(retried, 0.0, "no retry sooner than the receiver asked");
+    assert!((1..=3).contains(&calls), "{calls} calls in 10.5 s");
+}
