@@ -290,8 +290,24 @@ fn read_state(path: &std::path::Path) -> Option<crate::state::State> {
     }
     match crate::state::read(path) {
         Ok(state) => Some(state),
-        Err(e) => {
+        Err(e @ crate::state::StateError::Io { .. }) => {
             tracing::warn!(path = %path.display(), error = %e, "State file ignored; the tracker starts empty.");
+            None
+        }
+        Err(e) => {
+            // Set aside, never overwritten by the next write: another version's file is a
+            // newer release's state, which a rollback must not lose.
+            let aside = crate::state::aside_path(path, crate::clock::now() / crate::clock::SECOND);
+            match std::fs::rename(path, &aside) {
+                Ok(()) => tracing::warn!(
+                    path = %path.display(), error = %e, aside = %aside.display(),
+                    "State file unusable; set aside, and the tracker starts empty."
+                ),
+                Err(rename) => tracing::warn!(
+                    path = %path.display(), error = %e, %rename,
+                    "State file unusable and could not be set aside; the tracker starts empty."
+                ),
+            }
             None
         }
     }

@@ -6,8 +6,9 @@
 //! it were made with, the (client, interface) names of the metric label handles it refers
 //! to, and every group of the tracker. It is written to a temporary file beside it and
 //! renamed over it, so a reader never sees half a file. A file that cannot be read, is
-//! corrupt, or has another format or version is reported and ignored: the process starts
-//! with an empty tracker, never fails to start because of it.
+//! corrupt, or has another format or version is reported and ignored (the caller sets an
+//! unusable one aside, [`aside_path`]): the process starts with an empty tracker, never fails
+//! to start because of it.
 
 use crate::clock::Nanos;
 use crate::pipeline::Pipeline;
@@ -47,8 +48,9 @@ pub struct State {
 struct Header {
     #[serde(default)]
     format: String,
+    /// Any JSON value: a number that does not fit is another version, not a corrupt file.
     #[serde(default)]
-    version: u32,
+    version: serde_json::Value,
 }
 
 /// Why a state file could not be written or used.
@@ -68,9 +70,9 @@ pub enum StateError {
     /// Another program's file.
     #[error("not a state file (format {0:?})")]
     Format(String),
-    /// Another version of refusal-gate's.
+    /// Another version of refusal-gate's (as the file writes it).
     #[error("version {0}, this build reads version {VERSION}")]
-    Version(u32),
+    Version(String),
 }
 
 /// Writes `state` to `path` atomically: to a temporary file of its own beside it (created
@@ -170,6 +172,14 @@ pub fn remove_stale_temporaries(path: &Path) -> usize {
 /// Reads the state file at `path`.
 ///
 /// # Errors
+/// Where an unusable state file at `path` is set aside at `unix_seconds`: beside it,
+/// `<name>.unusable-<unix_seconds>`, so that the next write does not replace it.
+pub fn aside_path(path: &Path, unix_seconds: u64) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".unusable-{unix_seconds}"));
+    path.with_file_name(name)
+}
+
 /// Why it cannot be used: unreadable, corrupt, another format, another version.
 pub fn read(path: &Path) -> Result<State, StateError> {
     let open = || {
@@ -180,12 +190,12 @@ pub fn read(path: &Path) -> Result<State, StateError> {
                 source,
             })
     };
-    let check = |format: &str, version: u32| {
+    let check = |format: &str, version: &serde_json::Value| {
         if format != FORMAT {
             return Err(StateError::Format(format.to_string()));
         }
-        if version != VERSION {
-            return Err(StateError::Version(version));
+        if version.as_u64() != Some(u64::from(VERSION)) {
+            return Err(StateError::Version(version.to_string()));
         }
         Ok(())
     };
@@ -193,10 +203,10 @@ pub fn read(path: &Path) -> Result<State, StateError> {
     // the whole file twice); only a file that does not parse is read again for its header,
     // to say whose or which version's it is.
     match serde_json::from_reader::<_, State>(open()?) {
-        Ok(state) => check(&state.format, state.version).map(|()| state),
+        Ok(state) => check(&state.format, &state.version.into()).map(|()| state),
         Err(e) => {
             if let Ok(header) = serde_json::from_reader::<_, Header>(open()?) {
-                check(&header.format, header.version)?;
+                check(&header.format, &header.version)?;
             }
             Err(StateError::Corrupt(e))
         }
@@ -325,6 +335,15 @@ mod tests {
             "version 3, this build reads version 1",
             "a file of another shape is named by its header"
         );
+        // A version number that does not fit this build's is another version, not corruption.
+        for version in ["18446744073709551616", "-1", "1.5", "\"2\""] {
+            let odd = format!(r#"{{"format":"{FORMAT}","version":{version},"keys":{{}}}}"#);
+            let said = said(read_back(gzipped(&odd)));
+            assert!(
+                said.starts_with("version ") && said.ends_with(", this build reads version 1"),
+                "{version}: {said}"
+            );
+        }
         let same_version = format!(r#"{{"format":"{FORMAT}","version":1,"keys":{{}}}}"#);
         assert!(said(read_back(gzipped(&same_version))).starts_with("corrupt: "));
         assert!(said(read_back(b"not gzip".to_vec())).starts_with("corrupt: "));

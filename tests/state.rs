@@ -1,6 +1,6 @@
 //! The tracker's state across restarts, black-box with the binary: stopped with SIGTERM
 //! after a refusal and started again on the same `state_file`, it counts the retry as a
-//! retry after refusal; a corrupt or foreign state file is reported and ignored; a file
+//! retry after refusal; a corrupt or foreign state file is reported and set aside; a file
 //! written by an earlier build still loads.
 
 mod common;
@@ -163,7 +163,7 @@ async fn a_state_file_written_by_an_earlier_build_still_loads() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_corrupt_or_foreign_state_file_is_reported_and_ignored() {
+async fn a_corrupt_or_foreign_state_file_is_reported_set_aside_and_never_overwritten() {
     let dir = std::env::temp_dir().join(format!("rg-state-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let (config, ports) = config(&dir);
@@ -198,8 +198,32 @@ async fn a_corrupt_or_foreign_state_file_is_reported_and_ignored() {
             "it started empty"
         );
         let log = terminate(child);
-        assert!(log.contains("State file ignored"), "reported: {log}");
+        assert!(
+            log.contains("State file unusable; set aside"),
+            "reported: {log}"
+        );
         assert!(log.contains(says), "{says}: {log}");
+        // Set aside whole, not overwritten by the state written at shutdown (another
+        // version's file is a newer release's state, which a rollback must not lose).
+        let aside: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+            .expect("readable")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name().is_some_and(|n| {
+                    n.to_string_lossy()
+                        .starts_with("tracker-state.json.gz.unusable-")
+                })
+            })
+            .collect();
+        assert_eq!(aside.len(), 1, "{says}: set aside once: {aside:?}");
+        assert_eq!(
+            std::fs::read(&aside[0]).expect("kept"),
+            contents,
+            "{says}: whole"
+        );
+        std::fs::remove_file(&aside[0]).expect("removed");
+        assert_ne!(std::fs::read(&state).expect("written anew"), contents);
     }
     std::fs::remove_dir_all(&dir).ok();
 }
