@@ -118,26 +118,34 @@ pub fn span(n: usize, request: usize, spans_per_request: usize) -> Span {
     }
 }
 
+/// `spans` under one resource of `attributes`, in one scope.
+fn resource_spans(attributes: Vec<KeyValue>, spans: Vec<Span>) -> ResourceSpans {
+    ResourceSpans {
+        resource: Some(Resource {
+            attributes,
+            ..Default::default()
+        }),
+        scope_spans: vec![ScopeSpans {
+            spans,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
 /// Request `n` of the workload: one resource (client `agent-{n % clients}`) with
 /// `spans` client spans.
 pub fn request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
     let client = n % clients.max(1);
     ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![
-                    s("service.name", &format!("agent-{client}")),
-                    s("service.instance.id", &format!("pod-{client:012}")),
-                    s("telemetry.sdk.language", "rust"),
-                ],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans: (0..spans).map(|k| span(k, n, spans)).collect(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+        resource_spans: vec![resource_spans(
+            vec![
+                s("service.name", &format!("agent-{client}")),
+                s("service.instance.id", &format!("pod-{client:012}")),
+                s("telemetry.sdk.language", "rust"),
+            ],
+            (0..spans).map(|k| span(k, n, spans)).collect(),
+        )],
     }
 }
 

@@ -6,10 +6,10 @@
 //!
 //! Core: pure builders; deterministic for the same arguments.
 
+use super::s;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::trace::v1::Span;
 use prost::Message;
 
 /// The configuration the shapes are meant for: an MCP interface observed from its side, and
@@ -28,16 +28,6 @@ tracker:
   max_held_spans: 1000000
   max_held_mib: 1024
 ";
-
-fn kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue {
-            value: Some(Value::StringValue(value.into())),
-        }),
-        ..Default::default()
-    }
-}
 
 fn id(n: usize) -> Vec<u8> {
     (n as u64 + 1).to_be_bytes().to_vec()
@@ -64,8 +54,8 @@ fn mcp_client(n: usize, parent: Option<usize>) -> Span {
         parent,
         3,
         vec![
-            kv("mcp.method.name", "tools/call"),
-            kv("url.full", "http://mcp.test:8080/mcp"),
+            s("mcp.method.name", "tools/call"),
+            s("url.full", "http://mcp.test:8080/mcp"),
         ],
     )
 }
@@ -76,8 +66,8 @@ fn http_client(n: usize, parent: Option<usize>) -> Span {
         parent,
         3,
         vec![
-            kv("http.request.method", "POST"),
-            kv("url.full", "http://mcp.test:8080/mcp"),
+            s("http.request.method", "POST"),
+            s("url.full", "http://mcp.test:8080/mcp"),
         ],
     )
 }
@@ -88,15 +78,15 @@ fn http_server(n: usize, parent: Option<usize>) -> Span {
         parent,
         2,
         vec![
-            kv("http.request.method", "POST"),
-            kv("url.path", "/mcp"),
-            kv("client.address", "10.0.0.9"),
+            s("http.request.method", "POST"),
+            s("url.path", "/mcp"),
+            s("client.address", "10.0.0.9"),
         ],
     )
 }
 
 fn mcp_server(n: usize, parent: Option<usize>) -> Span {
-    span(n, parent, 2, vec![kv("mcp.method.name", "tools/call")])
+    span(n, parent, 2, vec![s("mcp.method.name", "tools/call")])
 }
 
 /// One export request of `service`'s `spans`, all of trace `trace` (each shape a trace of its
@@ -106,17 +96,10 @@ fn export(trace: u8, service: &str, mut spans: Vec<Span>) -> Vec<u8> {
         span.trace_id = vec![trace; 16];
     }
     ExportTraceServiceRequest {
-        resource_spans: vec![ResourceSpans {
-            resource: Some(Resource {
-                attributes: vec![kv("service.name", service)],
-                ..Default::default()
-            }),
-            scope_spans: vec![ScopeSpans {
-                spans,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
+        resource_spans: vec![super::resource_spans(
+            vec![s("service.name", service)],
+            spans,
+        )],
     }
     .encode_to_vec()
 }

@@ -52,12 +52,8 @@ impl Browser {
         let _ = std::fs::remove_dir_all(&profile);
         std::fs::create_dir_all(&profile).expect("a profile directory");
         let process = Command::new("chromium")
+            .args(super::HEADLESS)
             .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-dev-shm-usage",
-                "--no-first-run",
                 "--window-size=1400,1100",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",

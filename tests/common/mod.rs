@@ -387,18 +387,24 @@ pub async fn sdk_export(exporter: opentelemetry_otlp::SpanExporter, service: &st
     .expect("the exporting thread finishes")
 }
 
+/// How every test runs Chromium: headless, as root (no sandbox), without a GPU or a large
+/// `/dev/shm`, with no first-run questions.
+pub const HEADLESS: [&str; 5] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+];
+
 /// Headless Chromium on `url`, with a profile of its own in `dir`: the DOM once the page's
 /// script has run (its fetches answered within the virtual time budget). `url` goes on
 /// Chromium's command line as it is: write its parts with [`browser::percent_encode`] (a
 /// current Chromium loads nothing from a `file://` URL whose fragment holds a raw `'`).
 pub fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> std::process::Output {
     let out = std::process::Command::new("chromium")
+        .args(HEADLESS)
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--no-first-run",
             "--hide-scrollbars",
             "--window-size=1400,1100",
             "--virtual-time-budget=5000",
