@@ -112,8 +112,8 @@ impl Received {
     }
 }
 
-/// Serves the gRPC receiver on `listener` (gzip and zstd accepted, as a Collector does).
-fn serve_grpc(received: Received, listener: tokio::net::TcpListener) {
+/// Serves a gRPC metrics receiver on `listener` (gzip and zstd accepted, as a Collector does).
+fn serve_grpc(received: impl MetricsService, listener: tokio::net::TcpListener) {
     let service = MetricsServiceServer::new(received)
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .accept_compressed(tonic::codec::CompressionEncoding::Zstd);
@@ -430,13 +430,7 @@ async fn a_grpc_receivers_retry_info_is_honoured() {
         .await
         .expect("a port");
     let addr = listener.local_addr().expect("an address");
-    let service = MetricsServiceServer::new(shedding.clone());
-    tokio::spawn(async move {
-        let _ = tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-            .await;
-    });
+    serve_grpc(shedding.clone(), listener);
     let server = start(&config(&format!("http://{addr}"), "grpc", "none", "3s")).await;
     // Three pushes due (at 3, 6 and 9 s): each asked to wait 20 s, past the next push, so
     // each is given up at once, never retried sooner.
