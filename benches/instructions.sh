@@ -6,7 +6,7 @@
 # kernel and the cost of cache misses, which CPU time includes; compare builds with it, and
 # measure end to end with benches/e2e.sh.
 #   benches/instructions.sh [SECONDS [LOADGEN OPTIONS...]]   (default 6 seconds)
-# PROTOCOL=grpc (default) or http; SERVER=path measures another build (an older one, for an
+# KEEP=path keeps the callgrind output there (for callgrind_annotate). PROTOCOL=grpc (default) or http; SERVER=path measures another build (an older one, for an
 # A/B); WARM=seconds of load before the count starts (default 10: every key known and its
 # history grown). One load run does both, so its span times run on in order: a second run
 # would start its times over, and the server would take every span of it for a late arrival
@@ -53,6 +53,7 @@ kill -CONT "$load_pid"
 kill "$load_pid" "$pid"
 wait "$pid" 2>/dev/null || true
 dump=$(ls "$out".* | head -1)
+[[ -n ${KEEP:-} ]] && cp "$dump" "$KEEP"
 callgrind_annotate --inclusive=yes "$dump" 2>/dev/null > "$work/inclusive"
 # The inclusive count of the first line naming FUNCTION, 0 when none does.
 count() { { grep -m1 -F "$1" "$work/inclusive" || echo 0; } | awk '{ gsub(",", "", $1); print $1 + 0 }'; }
