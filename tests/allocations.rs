@@ -90,6 +90,40 @@ fn ingesting_known_keys_allocates_nothing_per_span() {
     );
 }
 
+/// Allocations made by ingesting send 1 of a request of the flat workload of `spans` spans
+/// (HTTP, MCP, gRPC and A2A in turn), after send 0 warmed its keys and a scrape settled it.
+fn protocol_allocations(spans: usize) -> u64 {
+    let p = pipeline();
+    let encoded = refusal_gate::workload::Encoded::new(0, 1, spans);
+    p.handle(
+        Transport::Grpc,
+        &encoded.stamped(0, 0),
+        Encoding::Protobuf,
+        NOW,
+    )
+    .expect("valid");
+    p.settle(true, NOW);
+    let body = encoded.stamped(1, 3_600_000_000_000);
+    allocation_counter::measure(|| {
+        p.handle(Transport::Grpc, &body, Encoding::Protobuf, NOW)
+            .expect("valid");
+    })
+    .count_total
+}
+
+#[test]
+fn protocol_spans_kept_for_a_late_part_allocate_nothing_per_span_once_warm() {
+    // Three in four spans are protocol calls, each kept for the reorder window in case a part
+    // of it comes late: in the room of calls forgotten before, not in new allocations.
+    let (small, large) = (protocol_allocations(100), protocol_allocations(1000));
+    // The request's list of them grows by doubling past its first room: a few more for ten
+    // times the spans. A per-span allocation would be hundreds.
+    assert!(
+        large <= small + 8,
+        "1,000 protocol spans made {large} allocations, 100 made {small}"
+    );
+}
+
 #[test]
 fn tagging_and_re_framing_for_forwarding_allocates_nothing_per_span() {
     let small = ingest_allocations(forwarding_pipeline(), 100);

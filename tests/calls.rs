@@ -9,6 +9,7 @@ mod common;
 use common::{kv, scrape, send, start, value, T0};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
@@ -596,4 +597,181 @@ async fn a_discovery_call_served_on_an_undeclared_path_is_a_read() {
         ),
         1.0
     );
+}
+
+/// A CLIENT span of call `n` (its trace), id `id` under `parent` (0: none), from `start` to
+/// `end` ms after the call began, with these attributes; `failed` sets an error status.
+fn part(
+    n: u32,
+    (id, parent): (u8, u8),
+    (start, end): (u64, u64),
+    attributes: Vec<KeyValue>,
+) -> Span {
+    let at = T0 + u64::from(n) * 1_000_000_000;
+    let id_of = |id: u8| [[id, 0, 0, 0].as_slice(), &n.to_be_bytes()].concat();
+    let failed = attributes.iter().any(|a| {
+        a.key == "rpc.jsonrpc.error_code"
+            || a.key == "error.type"
+            || (a.key == "http.response.status_code"
+                && matches!(a.value.as_ref().and_then(|v| v.value.as_ref()), Some(Value::IntValue(c)) if *c >= 400))
+    });
+    Span {
+        trace_id: [n.to_be_bytes().as_slice(), &[3; 12]].concat(),
+        span_id: id_of(id),
+        parent_span_id: if parent == 0 {
+            Vec::new()
+        } else {
+            id_of(parent)
+        },
+        kind: 3,
+        name: format!("span {id}"),
+        start_time_unix_nano: at + start * 1_000_000,
+        end_time_unix_nano: at + end * 1_000_000,
+        attributes,
+        status: failed.then(|| opentelemetry_proto::tonic::trace::v1::Status {
+            code: 2,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Sends `spans` (of `client`) three ways, each as a client of its own: all in one export; the
+/// first `split` in one export and the rest in the next; the rest first, then the first
+/// `split`. Returns what each of the three counted.
+async fn three_ways(
+    bound: &refusal_gate::app::Bound,
+    client: &str,
+    spans: &[Span],
+    split: usize,
+) -> [Vec<(String, f64)>; 3] {
+    // Each way in a trace of its own.
+    let named = |name: &str, spans: &[Span]| -> Vec<(String, Span)> {
+        spans
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                s.trace_id[15] = name.len() as u8;
+                (name.to_owned(), s)
+            })
+            .collect()
+    };
+    let (head, tail) = spans.split_at(split);
+    let names = [
+        format!("{client}-one"),
+        format!("{client}-first"),
+        format!("{client}-inverse"),
+    ];
+    send(bound, export_many(&named(&names[0], spans))).await;
+    send(bound, export_many(&named(&names[1], head))).await;
+    send(bound, export_many(&named(&names[1], tail))).await;
+    send(bound, export_many(&named(&names[2], tail))).await;
+    send(bound, export_many(&named(&names[2], head))).await;
+    let text = scrape(bound).await;
+    names.map(|name| counted(&text, &name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_span_that_comes_after_the_rest_of_its_call_was_counted_joins_that_call() {
+    let server = start(CONFIG).await;
+    let bound = &server.bound;
+    let origin = "http://agent.test:9000/a2a";
+    // An a2a SendMessage span that names its server, its inner SendMessage (-32602) late:
+    // one ambiguous attempt (§11.2).
+    let outer = part(
+        7_000,
+        (1, 0),
+        (0, 40),
+        vec![s("a2a.method.name", "SendMessage"), s("url.full", origin)],
+    );
+    let inner = part(
+        7_000,
+        (2, 1),
+        (5, 45),
+        vec![
+            s("a2a.method.name", "SendMessage"),
+            i("rpc.jsonrpc.error_code", -32602),
+        ],
+    );
+    let [one, first, last] = three_ways(bound, "nested", &[outer, inner], 1).await;
+    let want = vec![(
+        "{\"class\": \"ambiguous\", \"interface\": \"http://agent.test:9000\", \"kind\": \"ambiguous\"}"
+            .to_owned(),
+        1.0,
+    )];
+    assert_eq!(one, want, "one export");
+    assert_eq!(first, want, "the outer span first");
+    assert_eq!(last, want, "the inner span first");
+    // GetTask (-32602) that names its server, its POST (404) late: one attempt, not two.
+    let call = part(
+        7_001,
+        (1, 0),
+        (0, 40),
+        vec![
+            s("a2a.method.name", "GetTask"),
+            s("url.full", origin),
+            i("rpc.jsonrpc.error_code", -32602),
+        ],
+    );
+    let request = part(
+        7_001,
+        (2, 1),
+        (5, 35),
+        vec![
+            s("http.request.method", "POST"),
+            s("url.full", origin),
+            i("http.response.status_code", 404),
+        ],
+    );
+    let [one, first, last] = three_ways(bound, "transport", &[call, request], 1).await;
+    let attempts = |c: &[(String, f64)]| {
+        c.iter()
+            .filter(|(l, _)| !l.contains("violation"))
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    assert_eq!(attempts(&one), 1.0, "{one:?}");
+    assert_eq!(first, one, "the call first");
+    assert_eq!(last, one, "the request first");
+    // tools/call (-32602) and its first POST (503) in one export, its second POST (200, ends
+    // last) late: two attempts of tools/call, transient then ambiguous (§11.1).
+    let origin = "http://tools.test:8080/mcp";
+    let call = part(
+        7_002,
+        (1, 0),
+        (0, 100),
+        vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "lookup"),
+            s("url.full", origin),
+            i("rpc.jsonrpc.error_code", -32602),
+        ],
+    );
+    let post = |id, times, status| {
+        part(
+            7_002,
+            (id, 1),
+            times,
+            vec![
+                s("http.request.method", "POST"),
+                s("url.full", origin),
+                i("http.response.status_code", status),
+            ],
+        )
+    };
+    let spans = [call, post(2, (5, 30), 503), post(3, (40, 101), 200)];
+    let [one, first, last] = three_ways(bound, "retried", &spans, 2).await;
+    let classes: Vec<(String, f64)> = vec![
+        ("{\"class\": \"ambiguous\", \"interface\": \"http://tools.test:8080\", \"kind\": \"ambiguous\"}".to_owned(), 1.0),
+        ("{\"class\": \"transient\", \"interface\": \"http://tools.test:8080\", \"kind\": \"transient\"}".to_owned(), 1.0),
+    ];
+    let no_violations = |c: &[(String, f64)]| {
+        c.iter()
+            .filter(|(l, _)| !l.contains("violation"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(no_violations(&one), classes, "{one:?}");
+    assert_eq!(first, one, "the call and its first request first");
+    assert_eq!(last, one, "the second request first");
 }

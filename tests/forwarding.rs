@@ -875,3 +875,138 @@ async fn an_answer_too_large_to_read_is_final_over_both_protocols() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The two halves of call `n` of `client`: its `tools/call` CLIENT span (no error on the
+/// client's side) and the observed server's span under it, which says the tool failed.
+fn halves(client: &str, n: u8) -> [ExportTraceServiceRequest; 2] {
+    let at = common::T0 + u64::from(n) * 1_000_000_000;
+    let trace = vec![n; 16];
+    let s = |k: &str, v: &str| kv(k, Value::StringValue(v.into()));
+    let span = |id: u8, parent: Option<u8>, kind: i32, attributes| Span {
+        trace_id: trace.clone(),
+        span_id: vec![n, id, 0, 0, 0, 0, 0, 1],
+        parent_span_id: parent
+            .map(|p| vec![n, p, 0, 0, 0, 0, 0, 1])
+            .unwrap_or_default(),
+        kind,
+        name: "tools/call get_weather".into(),
+        start_time_unix_nano: at + u64::from(id) * 1_000_000,
+        end_time_unix_nano: at + 40_000_000 - u64::from(id) * 1_000_000,
+        attributes,
+        ..Default::default()
+    };
+    let tool = [
+        s("mcp.method.name", "tools/call"),
+        s("gen_ai.tool.name", "get_weather"),
+    ];
+    let mut mine = tool.to_vec();
+    mine.push(s("url.full", "http://mcp.test:8080/mcp"));
+    let mut theirs = tool.to_vec();
+    theirs.push(s("error.type", "tool_error"));
+    let request = |service: &str, span: Span| ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            resource: Some(Resource {
+                attributes: vec![s("service.name", service)],
+                ..Default::default()
+            }),
+            scope_spans: vec![ScopeSpans {
+                spans: vec![span],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    [
+        request(client, span(1, None, 3, mine)),
+        request("weather-server", span(2, Some(1), 2, theirs)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_tags_are_the_verdict_counted_for_the_call_whichever_half_comes_first() {
+    let dir = temp_dir("tags");
+    let (sink_addr, sink) = start_sink().await;
+    let (grpc, http, admin) = ports();
+    let config = format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:{grpc} }}\n    http: {{ endpoint: 127.0.0.1:{http} }}\n\
+         admin:\n  endpoint: 127.0.0.1:{admin}\n\
+         interfaces:\n  - name: weather-mcp\n    protocol: mcp\n    url: http://mcp.test:8080/mcp\n    endpoints: [{{ path: /mcp }}]\n    server: {{ service_names: [weather-server] }}\n\
+         exporters:\n  otlp: {{ endpoint: 'http://{sink_addr}', protocol: grpc }}\n"
+    );
+    let path = dir.join("tags.yaml");
+    std::fs::write(&path, config).expect("writing the configuration");
+    let _gate = Reaper(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", admin)).is_err() {
+        assert!(Instant::now() < deadline, "the gate did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each order a client of its own; each half an export of its own.
+    let orders = [("server-first", [1, 0]), ("client-first", [0, 1])];
+    for (n, (client, order)) in orders.iter().enumerate() {
+        let halves = halves(client, n as u8 + 1);
+        for half in order {
+            assert!(post(http, halves[*half].encode_to_vec())
+                .await
+                .status()
+                .is_success());
+        }
+    }
+    wait_for_spans(&sink, 4, "every half forwarded").await;
+    let mut tagged = 0;
+    for (resource, _, span) in sink.spans().values() {
+        let Some(Value::StringValue(class)) = string_attr(span, "refusal_gate.class") else {
+            continue;
+        };
+        tagged += 1;
+        let service = resource.attributes.iter().find(|a| a.key == "service.name");
+        let Some(Value::StringValue(client)) = service
+            .and_then(|a| a.value.as_ref())
+            .and_then(|v| v.value.as_ref())
+        else {
+            panic!("a forwarded span without its resource");
+        };
+        let counted = metric(
+            admin,
+            "refusal_gate_attempts_total",
+            &[
+                ("client", client.as_str()),
+                ("interface", "weather-mcp"),
+                ("class", class.as_str()),
+            ],
+        )
+        .await;
+        assert_eq!(
+            counted, 1.0,
+            "{client}'s span was tagged {class}, which is not what was counted for its call"
+        );
+    }
+    assert!(
+        tagged >= 1,
+        "the call whose server half came first is tagged"
+    );
+    for (client, _) in orders {
+        assert_eq!(
+            metric(
+                admin,
+                "refusal_gate_attempts_total",
+                &[
+                    ("client", client),
+                    ("interface", "weather-mcp"),
+                    ("class", "ambiguous")
+                ],
+            )
+            .await,
+            1.0,
+            "{client}: one call, the tool's failure seen from the server"
+        );
+    }
+}

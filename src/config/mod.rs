@@ -492,10 +492,14 @@ pub struct TrackerConfig {
     /// other side's spans (a minute). Past it the oldest call goes: a held one is counted at
     /// once (`refusal_gate_held_calls_forced_total{bound="max_held_spans"}`), a remembered
     /// one forgotten, its span ids kept a minute (four times this many at most) so that its
-    /// late spans are not counted as calls of their own. 0: nothing is held.
+    /// late spans are not counted as calls of their own. Apart from those, as many spans of
+    /// calls counted whole are kept `reorder_window` for a late part of their own (DESIGN
+    /// §11: a child that ended after its parent), the oldest request forgotten first. 0:
+    /// nothing is held or kept.
     pub max_held_spans: usize,
     /// The memory those spans' facts may take, in MiB (each keeps its extracted attempt and
-    /// ids, its strings included, not the span); past it, as past `max_held_spans`.
+    /// ids, its strings included, not the span); past it, as past `max_held_spans`. The calls
+    /// kept for a late part may take as much again, their requests' bytes included.
     pub max_held_mib: u64,
 }
 

@@ -11,7 +11,7 @@
 //! the call before a late span arrived) is taken back from the tracker first while it is
 //! pending, so the call is counted once whatever the order its spans came in.
 
-use super::calls::{key, Bound, Call, Calls, Kept, SpanKey, State};
+use super::calls::{key, At, Batch, Bound, Call, Calls, Kept, RecentMember, SpanKey, State};
 use super::{place, Pipeline, RequestState};
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::call::{self, Joined, Link, Member, Role, Side};
@@ -20,6 +20,7 @@ use crate::otlp::tags::SpanTags;
 use crate::otlp::wire::SpanRef;
 use crate::otlp::SpanView;
 use crate::tracker::{Event, Nanos, Observation, Retraction};
+use bytes::Bytes;
 use foldhash::{HashMap, HashSet};
 
 /// A span of the request that may be part of a call with others: one that names a parent, a
@@ -36,6 +37,8 @@ pub(super) struct Node<'a> {
     pub carrier: Option<SpanKey>,
     /// Its place among the request's tags, when forwarding.
     pub slot: Option<usize>,
+    /// Where it stands in the request.
+    pub at: At,
 }
 
 /// An attempt of the request counted at once, which a later span of its call may join.
@@ -46,6 +49,8 @@ pub(super) struct Root<'a> {
     pub client: Client<'a>,
     /// Its place among the request's tags, when forwarding.
     pub slot: Option<usize>,
+    /// Where it stands in the request.
+    pub at: At,
 }
 
 /// The spans a request's vectors and maps of spans make room for at once.
@@ -62,6 +67,20 @@ pub(super) struct NodeMeta {
     pub carrier: Option<SpanKey>,
     /// Its place among the request's tags, when forwarding.
     pub slot: Option<usize>,
+    /// Where it stands in the request.
+    pub at: At,
+}
+
+/// How long a counted call is kept for the rest of it to join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Memory {
+    /// Its other side is expected — a client call on an observed interface (its server's
+    /// spans), or one that named no server (a request under it, or a server span that places
+    /// it): remembered a minute at least.
+    Remembered,
+    /// Whole as far as anyone expects, but a span of its own may still come late (a child that
+    /// ended after it): kept for the reorder window ([`Calls::keep_recent`]).
+    Recent,
 }
 
 /// What a request's spans say of their calls.
@@ -80,6 +99,9 @@ pub(super) struct Joins<'a> {
     pub awaited: HashSet<SpanKey>,
     /// Attempts counted at once whose call's other side may still come: remembered.
     pub remember: Vec<(SpanKey, Owned, Observation)>,
+    /// Attempts counted at once, whole, that a late part of their own may still join: kept
+    /// for the reorder window ([`Memory::Recent`]).
+    pub recent: Option<Batch>,
     /// Whether other spans are recorded in `seen`: from the first node on, or from the start
     /// when calls are kept. A request of spans that name no parent records nothing.
     pub recording: bool,
@@ -115,7 +137,18 @@ impl<'a> Joins<'a> {
             parent: node.parent,
             carrier: node.carrier,
             slot: node.slot,
+            at: node.at,
         });
+    }
+
+    /// Adds an attempt counted at once, whole, that a late part of its own may still join.
+    /// `batch` gives a batch to add them to, on the first.
+    pub fn keep_recent(
+        &mut self,
+        (key, at, obs): (SpanKey, At, Observation),
+        batch: impl FnOnce() -> Batch,
+    ) {
+        self.recent.get_or_insert_with(batch).root(key, at, &obs);
     }
 
     /// Adds a span that is not a node: a root attempt (`Some`) or any other span.
@@ -136,7 +169,10 @@ impl<'a> Joins<'a> {
 
     /// Whether there is anything to join.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.remember.is_empty() && self.seen.is_empty()
+        self.nodes.is_empty()
+            && self.remember.is_empty()
+            && self.recent.is_none()
+            && self.seen.is_empty()
     }
 }
 
@@ -352,6 +388,16 @@ impl Groups {
     }
 }
 
+/// Where the request's nodes and roots stand: each one's place among the request's tags,
+/// and in its body.
+#[derive(Clone, Copy, Default)]
+struct Places<'r> {
+    slots: &'r [Option<usize>],
+    root_slots: &'r [Option<usize>],
+    at: &'r [At],
+    root_at: &'r [At],
+}
+
 /// A client nobody named.
 const UNKNOWN: Client<'static> = Client {
     name: UNKNOWN_CLIENT,
@@ -394,6 +440,8 @@ impl Pipeline {
             parent,
             carrier: None,
             slot,
+            // A server's span is never kept for a late part (it is remembered, observed).
+            at: At::default(),
             member: Member {
                 attempt: Attempt {
                     client: named.unwrap_or(UNKNOWN),
@@ -412,7 +460,7 @@ impl Pipeline {
         r: &mut RequestState<'_>,
         interfaces: &Interfaces,
         joins: Joins<'a>,
-        body: &'a [u8],
+        (body, owner): (&'a [u8], Option<&Bytes>),
     ) {
         let mut calls = self.calls();
         let Joins {
@@ -421,9 +469,23 @@ impl Pipeline {
             mut seen,
             mut roots,
             remember,
+            recent,
             unrecorded,
             ..
         } = joins;
+        if nodes.is_empty() && seen.is_empty() {
+            // Spans that name no parent, none named by another: nothing to join (every flat
+            // export).
+            let mut forced = Vec::new();
+            let none = HashSet::default();
+            keep_counted(&mut calls, remember, &none, r.now, &mut forced);
+            if let Some(batch) = recent {
+                calls.keep_recent((body, owner), batch, r.now);
+            }
+            self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
+            self.held_gauge(&calls);
+            return;
+        }
         // Parents read before recording began (a parent before its child in one export).
         let missing: HashSet<SpanKey> = if unrecorded == 0 {
             HashSet::default()
@@ -497,7 +559,8 @@ impl Pipeline {
             let Some(p) = parent.filter(|p| !known.contains(p)) else {
                 continue;
             };
-            if let Some(call) = calls.take_member(&p) {
+            let read = |body: &[u8], at: At| read_again(body, at, self.max_attributes);
+            if let Some(call) = calls.take_member(&p, read) {
                 frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
                 known.extend(call.members.iter().map(|m| m.key));
                 taken.push(call);
@@ -551,6 +614,23 @@ impl Pipeline {
         let has_seen = |k: &SpanKey| seen_at.contains_key(k);
         mark_open(&mut work, &taken, &known, has_seen);
         let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
+        let node_at: Vec<At> = nodes.iter().map(|n| n.at).collect();
+        let root_at: Vec<At> = roots.iter().map(|r| r.at).collect();
+        let places = Places {
+            slots: &slots,
+            root_slots: &root_slots,
+            at: &node_at,
+            root_at: &root_at,
+        };
+        // The request's roots kept for a late part first: a call that joined one is added
+        // after it, and takes its place.
+        let mut batch = match recent {
+            Some(mut batch) => {
+                batch.drop_joined(|k| known.contains(k));
+                batch
+            }
+            None => calls.recent_batch(),
+        };
         let mut counting = Counting {
             now: r.now,
             events: &mut r.events,
@@ -563,34 +643,15 @@ impl Pipeline {
             &work,
             &taken,
             &mut counting,
-            (&slots, &root_slots),
-            true,
+            places,
+            Some(&mut batch),
         );
         drop(work);
         drop(root_spans);
-        // Attempts counted at once whose other side may come: remembered, unless joined above.
+        // Attempts counted at once whose other side may come: kept, unless joined above.
         let mut forced = forced;
-        for (k, facts, obs) in remember {
-            if known.contains(&k) {
-                continue;
-            }
-            let kept = Kept {
-                facts,
-                side: Side::Client,
-                named: false,
-                key: k,
-                parent: None,
-                carrier: None,
-                skipped: false,
-            };
-            forced.extend(calls.keep(Call {
-                members: vec![kept],
-                state: State::Counted {
-                    attempts: vec![obs],
-                },
-                since: r.now,
-            }));
-        }
+        keep_counted(&mut calls, remember, &known, r.now, &mut forced);
+        calls.keep_recent((body, owner), batch, r.now);
         self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
         self.held_gauge(&calls);
     }
@@ -675,6 +736,7 @@ impl Pipeline {
                             bytes,
                             client,
                             slot: Some(slot),
+                            at: At::of(body, resource_spans, bytes),
                         });
                     out.push((k, root));
                 }
@@ -732,8 +794,8 @@ impl Pipeline {
             &work,
             &bags,
             &mut counting,
-            (&[], &[]),
-            false,
+            Places::default(),
+            None,
         )
     }
 
@@ -767,9 +829,11 @@ impl Pipeline {
         work: &Work<'_>,
         taken: &[Call],
         counting: &mut Counting<'_>,
-        slots: (&[Option<usize>], &[Option<usize>]),
-        may_hold: bool,
+        places: Places<'_>,
+        mut batch: Option<&mut Batch>,
     ) -> Vec<(Call, Bound)> {
+        // The calls of a request may wait for spans to come; kept calls counted now may not.
+        let may_hold = batch.is_some();
         let (joined, groups, cut) = work.calls();
         if cut > 0 {
             self.metrics.call_cycles_cut(cut);
@@ -821,19 +885,56 @@ impl Pipeline {
                 (&roles, group),
                 taken,
                 counting,
-                slots,
+                places,
                 &mut counted,
             );
-            if let Some(call) = kept_call {
-                forced.extend(calls.keep(call));
+            let parts = |i: usize| roles.roles[i] == Role::Part;
+            match kept_call {
+                Some(Memory::Remembered) => {
+                    let call = Call {
+                        members: group
+                            .iter()
+                            .map(|&i| kept(work, taken, i, parts(i)))
+                            .collect(),
+                        state: State::Counted {
+                            attempts: counted.clone(),
+                        },
+                        since: counting.now,
+                    };
+                    forced.extend(calls.keep(call));
+                }
+                Some(Memory::Recent) => {
+                    // Kept by where its spans stand in the request: a call with a span kept
+                    // from an earlier one is not (a late part of it is counted on its own).
+                    let at = |i: usize| match work.from[i] {
+                        From::Node(n) => places.at.get(n).copied(),
+                        From::Root(n) => places.root_at.get(n).copied(),
+                        From::Kept { .. } => None,
+                    };
+                    let whole_here = group
+                        .iter()
+                        .all(|&i| at(i).is_some() && work.members[i].side == Side::Client);
+                    if let (Some(batch), true) = (batch.as_deref_mut(), whole_here) {
+                        let members = group.iter().map(|&i| RecentMember {
+                            key: work.keys[i],
+                            parent: work.parents[i],
+                            at: at(i).unwrap_or_default(),
+                            skipped: parts(i),
+                        });
+                        batch.call(members, &counted);
+                    }
+                }
+                None => {}
             }
         }
         forced
     }
 
     /// Counts one call of the work set (the spans `group`, whose `roles` are assembled): takes
-    /// back what its spans were counted as before, counts its attempts and tags them. Returns it
-    /// to remember when its other side may still come.
+    /// back what its spans were counted as before, counts its attempts and tags them (a client
+    /// attempt on an observed interface only once its server's side is in: never with a verdict
+    /// that is not the call's). Says how long to keep it when more of it may still come (its
+    /// attempts left in `counted`).
     #[allow(clippy::too_many_arguments)]
     fn count_call(
         &self,
@@ -842,9 +943,9 @@ impl Pipeline {
         (calls, group): (&call::Calls<'_>, &[usize]),
         taken: &[Call],
         counting: &mut Counting<'_>,
-        (slots, root_slots): (&[Option<usize>], &[Option<usize>]),
+        places: Places<'_>,
         counted: &mut Vec<Observation>,
-    ) -> Option<Call> {
+    ) -> Option<Memory> {
         // What its spans were counted as before: taken back while pending; a settled attempt
         // stays, and is not counted again — nor is one the tracker no longer holds (settled
         // early by a flooded key and gone from its history, or its key evicted): it was
@@ -877,9 +978,17 @@ impl Pipeline {
         }
         counted.clear();
         let mut remember = false;
+        let has_server = group
+            .iter()
+            .any(|&i| matches!(work.members[i].side, Side::Server(_)));
+        // A part under a client attempt may come after it (§11.1–2): only HTTP spans have none.
+        let may_grow = group.iter().any(|&i| {
+            let m = &work.members[i];
+            m.side == Side::Client && m.attempt.family != Family::Http
+        });
         let slot_of = |i: usize| match work.from[i] {
-            From::Node(n) => slots.get(n).copied().flatten(),
-            From::Root(n) => root_slots.get(n).copied().flatten(),
+            From::Node(n) => places.slots.get(n).copied().flatten(),
+            From::Root(n) => places.root_slots.get(n).copied().flatten(),
             From::Kept { .. } => None,
         };
         for &i in group {
@@ -911,11 +1020,12 @@ impl Pipeline {
                         None => self.place(interfaces, attempt, ids.id),
                     };
                     let observed = interfaces.client_from(p.interface).is_some();
-                    if work.members[i].side == Side::Client
-                        && (observed || attempt.origin.is_none())
-                    {
+                    let client = work.members[i].side == Side::Client;
+                    if client && (observed || attempt.origin.is_none()) {
                         remember = true;
                     }
+                    // Its server's side still to come: its verdict is not the call's yet.
+                    let provisional = client && observed && !has_server;
                     let labels = self.labels(&mut ids, p.group.interface, p.interface_name);
                     let obs = place::observation(&p, attempt, labels);
                     *counting.attempts += 1;
@@ -930,9 +1040,12 @@ impl Pipeline {
                         continue;
                     };
                     counted.push(obs);
-                    if let (Some(slot), Some(tags), false) =
-                        (slot_of(i), counting.tags.as_deref_mut(), attempt.tagged)
-                    {
+                    let Some((slot, tags)) = slot_of(i).zip(counting.tags.as_deref_mut()) else {
+                        continue;
+                    };
+                    if provisional {
+                        tags.write(slot, |_| {});
+                    } else if !attempt.tagged {
                         let reason = p.reason.to_string();
                         let max = self.metrics.max_label_bytes();
                         tags.write(slot, |buf| {
@@ -943,20 +1056,11 @@ impl Pipeline {
                 }
             }
         }
-        if !remember {
-            return None;
+        match (remember, may_grow) {
+            (true, _) => Some(Memory::Remembered),
+            (false, true) => Some(Memory::Recent),
+            (false, false) => None,
         }
-        let members = group
-            .iter()
-            .map(|&i| kept(work, taken, i, calls.roles[i] == Role::Part))
-            .collect();
-        Some(Call {
-            members,
-            state: State::Counted {
-                attempts: counted.clone(),
-            },
-            since: counting.now,
-        })
     }
 
     /// Counts the held calls whose wait is over at `now` (all of them when `all`).
@@ -975,8 +1079,56 @@ impl Pipeline {
     fn held_gauge(&self, calls: &Calls) {
         self.held
             .store(calls.spans(), std::sync::atomic::Ordering::Relaxed);
-        self.metrics.set_held(calls.spans(), calls.bytes());
+        let (spans, bytes) = calls.recent();
+        self.metrics
+            .set_held(calls.spans() + spans, calls.bytes() + bytes);
     }
+}
+
+/// Remembers each attempt counted at once whose other side is expected and that no span of
+/// the request joined (`known`).
+fn keep_counted(
+    calls: &mut Calls,
+    remember: Vec<(SpanKey, Owned, Observation)>,
+    known: &HashSet<SpanKey>,
+    now: Nanos,
+    forced: &mut Vec<(Call, Bound)>,
+) {
+    for (k, facts, obs) in remember {
+        if known.contains(&k) {
+            continue;
+        }
+        let call = Call {
+            members: vec![Kept {
+                facts,
+                side: Side::Client,
+                named: false,
+                key: k,
+                parent: None,
+                carrier: None,
+                skipped: false,
+            }],
+            state: State::Counted {
+                attempts: vec![obs],
+            },
+            since: now,
+        };
+        forced.extend(calls.keep(call));
+    }
+}
+
+/// The facts of the span that stands `at` in `body`, read again (`None` when it no longer
+/// reads as an attempt).
+fn read_again(body: &[u8], at: At, max_attributes: usize) -> Option<Owned> {
+    use crate::otlp::wire;
+    let (resource, span) = at.read(body)?;
+    let client = match wire::ResourceRef::of(resource) {
+        Ok(resource) => extract::client(|f| resource.attributes(max_attributes, f)),
+        Err(_) => extract::client(|_| {}),
+    };
+    let span = SpanRef::parse(span).ok()?;
+    let attempt = extract::extract(client, &span, max_attributes).ok()?;
+    Some(Owned::of(&attempt))
 }
 
 /// Marks the spans whose parent is still to come: not among the spans, not a span the request

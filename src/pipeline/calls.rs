@@ -15,13 +15,21 @@
 //! tells them apart when it assembles them. Bags are found by any of their spans and by the
 //! parents they wait for. Both kinds together are bounded by `max_held_spans` spans and
 //! `max_held_mib`; past either, the oldest bag goes first — a held one to be counted at once
-//! (what [`Calls::hold`] and [`Calls::remember`] return), a counted one forgotten.
+//! (what [`Calls::keep`] returns), a counted one forgotten.
+//!
+//! Apart from them, and bounded alike, calls counted whole that a late part of their own may
+//! still join, for the reorder window ([`Calls::keep_recent`], `recent`).
 
 use crate::extract::call::Side;
 use crate::extract::Owned;
 use crate::tracker::{Nanos, Observation};
+use bytes::Bytes;
 use foldhash::{HashMap, HashSet};
+use recent::Recent;
+pub use recent::{At, Batch, Member as RecentMember};
 use std::collections::VecDeque;
+
+mod recent;
 
 /// (trace id, span id): one span, or the parent a span names.
 pub type SpanKey = ([u8; 16], [u8; 8]);
@@ -169,6 +177,8 @@ pub struct Calls {
     /// would have been remembered.
     gone: HashSet<SpanKey>,
     gone_order: VecDeque<(Nanos, SpanKey)>,
+    /// Counted calls a late span of their own may still join, for the reorder window.
+    recent: Recent,
 }
 
 impl Calls {
@@ -191,7 +201,40 @@ impl Calls {
             window,
             gone: HashSet::default(),
             gone_order: VecDeque::new(),
+            recent: Recent::default(),
         }
+    }
+
+    /// A batch to fill with the calls of a request to keep for a late part
+    /// ([`Calls::keep_recent`]).
+    pub fn recent_batch(&mut self) -> Batch {
+        self.recent.batch()
+    }
+
+    /// Keeps the calls of `batch`, counted whole, of the request `body` (held in the
+    /// [`Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a span of one of them that comes late
+    /// ([`Calls::take_member`] finds it) is joined to it, and the call counted again. Within
+    /// the bounds, apart from the held calls: the oldest request is forgotten first.
+    pub fn keep_recent(&mut self, body: (&[u8], Option<&Bytes>), batch: Batch, now: Nanos) {
+        let bounds = (self.max_spans, self.max_bytes);
+        self.recent.keep(body, batch, now, bounds);
+    }
+
+    /// Forgets the recently counted calls, whose attempts have all been settled (a scrape):
+    /// none can be counted again, but a late span of one is still part of it, so their ids
+    /// are kept as a forgotten counted call's are ([`Calls::was_counted`]).
+    pub fn recent_settled(&mut self) {
+        let mut gone = Vec::new();
+        self.recent.clear(|key, since| gone.push((key, since)));
+        for (key, since) in gone {
+            self.counted_gone(key, since);
+        }
+    }
+
+    /// How many spans of recently counted calls ([`Calls::keep_recent`]) are kept, and their
+    /// bytes.
+    pub fn recent(&self) -> (usize, usize) {
+        (self.recent.spans(), self.recent.bytes())
     }
 
     /// Whether span `key` is of a counted call forgotten early (past a bound): a span naming
@@ -251,10 +294,17 @@ impl Calls {
         !self.awaiting.is_empty()
     }
 
-    /// The call holding the span `key`, taken out.
-    pub fn take_member(&mut self, key: &SpanKey) -> Option<Call> {
-        let id = *self.members.get(key)?;
-        self.take(id)
+    /// The call holding the span `key`, taken out: a held or remembered one, else one
+    /// counted recently, its spans' facts read again from their request by `read`.
+    pub fn take_member(
+        &mut self,
+        key: &SpanKey,
+        read: impl Fn(&[u8], At) -> Option<Owned>,
+    ) -> Option<Call> {
+        match self.members.get(key) {
+            Some(&id) => self.take(id),
+            None => self.recent.take(key, read),
+        }
     }
 
     /// The held call waiting for the span `key`, taken out.
@@ -456,6 +506,7 @@ impl Calls {
         while let Some(id) = self.front(true, |since| all || now >= since.saturating_add(window)) {
             out.extend(self.take(id));
         }
+        self.recent.expire(now, window);
         let remembered = window.max(REMEMBERED);
         while let Some(id) = self.front(false, |since| now >= since.saturating_add(remembered)) {
             self.take(id);

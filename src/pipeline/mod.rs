@@ -27,7 +27,9 @@ use crate::metrics::Metrics;
 use crate::otlp::tags::SpanTags;
 use crate::otlp::{frame, json, wire};
 use crate::tracker::{EachShard, Event, Judgement, Nanos, Observation, Tracker};
-use assemble::{Joins, Node, Root};
+use assemble::{Joins, Memory, Node, Root};
+use bytes::Bytes;
+use calls::At;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -233,6 +235,31 @@ impl Pipeline {
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
+        self.handle_with(transport, (body, None), encoding, now)
+    }
+
+    /// [`Pipeline::handle`] of a body held in [`Bytes`]: the calls kept for a late part keep
+    /// a reference to it rather than a copy (DESIGN §11).
+    ///
+    /// # Errors
+    /// As [`Pipeline::handle`].
+    pub fn handle_bytes(
+        &self,
+        transport: Transport,
+        body: &Bytes,
+        encoding: Encoding,
+        now: Nanos,
+    ) -> Result<Summary, IngestError> {
+        self.handle_with(transport, (body, Some(body)), encoding, now)
+    }
+
+    fn handle_with(
+        &self,
+        transport: Transport,
+        body: (&[u8], Option<&Bytes>),
+        encoding: Encoding,
+        now: Nanos,
+    ) -> Result<Summary, IngestError> {
         let started = std::time::Instant::now();
         let result = self.handle_inner(transport, body, encoding, now);
         match &result {
@@ -250,23 +277,25 @@ impl Pipeline {
     fn handle_inner(
         &self,
         transport: Transport,
-        body: &[u8],
+        (body, owner): (&[u8], Option<&Bytes>),
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
         let converted;
-        let (body, left_out) = match encoding {
-            Encoding::Protobuf => (body, 0),
+        let (body, owner, left_out) = match encoding {
+            Encoding::Protobuf => (body, owner, 0),
             Encoding::Json => {
                 let (protobuf, left_out) = json::to_protobuf(body)?;
                 converted = protobuf;
-                (&converted[..], left_out)
+                (&converted[..], None, left_out)
             }
         };
         let spans = frame::check(body)?;
         let Some(exporter) = &self.exporter else {
             // The hot path: spans are read in place, nothing is materialised.
-            return Ok(self.ingest(transport, body, left_out, now, None).0);
+            return Ok(self
+                .ingest_in(transport, (body, owner), left_out, now, None)
+                .0);
         };
         let reservation = exporter.reserve(spans, body.len());
         match reservation {
@@ -287,7 +316,10 @@ impl Pipeline {
             Reservation::Granted | Reservation::Dropped => {}
         }
         let mut tags = SpanTags::with_capacity(spans, TAG_BYTES);
-        let (summary, malformed_at) = self.ingest(transport, body, left_out, now, Some(&mut tags));
+        let body = (body, owner);
+        let (summary, malformed_at) =
+            self.ingest_in(transport, body, left_out, now, Some(&mut tags));
+        let (body, _) = body;
         if reservation == Reservation::Granted {
             let forwarded = spans - malformed_at.len();
             exporter.release(malformed_at.len(), 0);
@@ -314,6 +346,18 @@ impl Pipeline {
         &self,
         transport: Transport,
         body: &[u8],
+        left_out: u64,
+        now: Nanos,
+        tags: Option<&mut SpanTags>,
+    ) -> (Summary, Vec<u32>) {
+        self.ingest_in(transport, (body, None), left_out, now, tags)
+    }
+
+    /// [`Pipeline::ingest`], `body` held in `owner` when it is given.
+    fn ingest_in(
+        &self,
+        transport: Transport,
+        (body, owner): (&[u8], Option<&Bytes>),
         left_out: u64,
         now: Nanos,
         tags: Option<&mut SpanTags>,
@@ -365,7 +409,7 @@ impl Pipeline {
                             }
                         }
                         _ => {
-                            let span = (&span, bytes);
+                            let span = (&span, bytes, At::of(body, resource_spans, bytes));
                             self.stage(
                                 &mut request,
                                 &interfaces,
@@ -387,7 +431,7 @@ impl Pipeline {
             }
         }
         if !joins.is_empty() {
-            self.assemble(&mut request, &interfaces, joins, body);
+            self.assemble(&mut request, &interfaces, joins, (body, owner));
         }
         self.finish_request(transport, &request.summary, &request.events, now);
         (request.summary, malformed_at)
@@ -438,7 +482,7 @@ impl Pipeline {
         r: &mut RequestState<'_>,
         interfaces: &'a Interfaces,
         client: &mut ClientIds<'a>,
-        (span, bytes): (&wire::SpanRef<'a>, &'a [u8]),
+        (span, bytes, at): (&wire::SpanRef<'a>, &'a [u8], calls::At),
         staged: &mut Vec<Staged<'a>>,
         joins: &mut Joins<'a>,
     ) {
@@ -470,37 +514,56 @@ impl Pipeline {
                 parent,
                 carrier: None,
                 slot,
+                at,
             });
             return;
         }
         r.summary.attempts += 1;
         let p = self.place(interfaces, attempt, client.id);
         let labels = self.labels(client, p.group.interface, p.interface_name);
+        // Its call may still be joined: one on an observed interface by its server's spans (its
+        // verdict until then is not the call's: forwarded without one), one that names no
+        // server by a request under it or a server span that places it, and any that can have
+        // a part under it by that part, should it come late (SDKs end children first, but
+        // exports can come out of order).
+        let awaits_server =
+            interfaces.any_observed() && interfaces.client_from(p.interface).is_some();
+        let memory = if awaits_server || attempt.origin.is_none() {
+            Some(Memory::Remembered)
+        } else if attempt.family != extract::Family::Http {
+            Some(Memory::Recent)
+        } else {
+            None
+        };
         // Spans tagged upstream are forwarded as they came.
-        let tag = slot.filter(|_| !attempt.tagged).map(|at| {
-            use std::fmt::Write;
-            r.reason.clear();
-            let _ = write!(r.reason, "{}", p.reason);
-            let start = r.placed.len();
-            let max = self.metrics.max_label_bytes();
-            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
-            (at, start..r.placed.len())
-        });
+        let tag = slot
+            .filter(|_| !attempt.tagged && !awaits_server)
+            .map(|at| {
+                use std::fmt::Write;
+                r.reason.clear();
+                let _ = write!(r.reason, "{}", p.reason);
+                let start = r.placed.len();
+                let max = self.metrics.max_label_bytes();
+                place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
+                (at, start..r.placed.len())
+            });
         let obs = place::observation(&p, attempt, labels);
-        // Its call may still be joined: an attempt that names no server by a request under it
-        // or a server span that places it (SDKs end children first, but exports can come out
-        // of order), one on an observed interface by its server's spans.
-        if attempt.origin.is_none()
-            || (interfaces.any_observed() && interfaces.client_from(p.interface).is_some())
-        {
-            let kept = (key(), extract::Owned::of(attempt), obs);
-            joins.remember.push(kept);
+        match memory {
+            Some(Memory::Remembered) => {
+                let facts = extract::Owned::of(attempt);
+                joins.remember.push((key(), facts, obs));
+            }
+            Some(Memory::Recent) => {
+                joins.keep_recent((key(), at, obs), || self.calls().recent_batch());
+            }
+            None => {}
         }
         if joins.recording {
             let root = Root {
                 bytes,
                 client: client.client,
                 slot,
+                at,
             };
             joins.seen(key(), Some(root));
         } else {
@@ -581,6 +644,10 @@ impl Pipeline {
         self.record(&events, now);
         let mut record = EachShard(|events: &[Event]| self.record(events, now));
         self.tracker.settle(now, force, &mut record);
+        if force {
+            // Nothing recently counted can be counted again now.
+            self.calls().recent_settled();
+        }
     }
 
     /// Ends a replay at `now` (its last span time): settles every verdict and judges every

@@ -27,11 +27,11 @@ pub async fn handle(
     encoding: Encoding,
 ) -> Result<Summary, IngestError> {
     if body.len() < OFF_WORKER_BYTES {
-        return pipeline.handle(transport, &body, encoding, crate::clock::now());
+        return pipeline.handle_bytes(transport, &body, encoding, crate::clock::now());
     }
     let pipeline = Arc::clone(pipeline);
     tokio::task::spawn_blocking(move || {
-        pipeline.handle(transport, &body, encoding, crate::clock::now())
+        pipeline.handle_bytes(transport, &body, encoding, crate::clock::now())
     })
     .await
     .unwrap_or_else(|e| {

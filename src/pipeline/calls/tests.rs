@@ -82,7 +82,10 @@ fn a_kept_call_is_found_by_its_spans_and_by_the_parent_it_waits_for() {
     let taken = calls.take_awaiting(&span(1)).expect("waits for 1");
     assert_eq!(ids(&taken), [2]);
     assert!(!calls.holds(&span(2)) && !calls.any_awaiting());
-    assert_eq!(calls.take_member(&span(7)).map(|c| ids(&c)), Some(vec![7]));
+    assert_eq!(
+        calls.take_member(&span(7), |_, _| None).map(|c| ids(&c)),
+        Some(vec![7])
+    );
     assert!(calls.is_empty());
     assert_eq!((calls.spans(), calls.bytes()), (0, 0));
 }
@@ -92,7 +95,7 @@ fn siblings_waiting_for_the_same_parent_are_kept_as_one() {
     let mut calls = Calls::new(5, 100, BIG);
     calls.keep(held(2, 1, 3));
     calls.keep(held(3, 1, 1));
-    let both = calls.take_member(&span(2)).expect("kept");
+    let both = calls.take_member(&span(2), |_, _| None).expect("kept");
     assert_eq!(ids(&both), [2, 3]);
     assert_eq!(both.since, 1, "the earlier arrival");
     assert!(calls.is_empty());
@@ -185,25 +188,7 @@ fn a_calls_memory_is_itself_what_it_waits_for_and_its_spans_strings() {
     assert_eq!(call.bytes(), base + key, "waiting for one parent");
     let counted = Call {
         state: State::Counted {
-            attempts: vec![
-                Observation {
-                    group: crate::tracker::GroupId {
-                        client: 0,
-                        interface: 0,
-                    },
-                    operation: 0,
-                    labels: 0,
-                    start: 0,
-                    end: 0,
-                    outcome: crate::classify::Outcome::Ok,
-                    declared: crate::discovery::Declared::Unknown,
-                    discovery: crate::extract::Discovery::None,
-                    retry_after: None,
-                    trace_id: [0; 16],
-                    span_id: [0; 8],
-                };
-                2
-            ],
+            attempts: vec![observed(0); 2],
         },
         ..call
     };
@@ -293,4 +278,188 @@ fn a_counted_call_forgotten_past_a_bound_is_known_as_counted_for_a_minute() {
     calls.keep(counted(9, 0));
     calls.due(minute, false);
     assert!(!calls.was_counted(&span(9)));
+}
+
+/// What attempt `n` was counted as (told apart by its operation).
+fn observed(n: u64) -> Observation {
+    Observation {
+        group: crate::tracker::GroupId {
+            client: 0,
+            interface: 0,
+        },
+        operation: n,
+        labels: 0,
+        start: 0,
+        end: 0,
+        outcome: crate::classify::Outcome::Ok,
+        declared: crate::discovery::Declared::Unknown,
+        discovery: crate::extract::Discovery::None,
+        retry_after: None,
+        trace_id: [0; 16],
+        span_id: [0; 8],
+    }
+}
+
+/// Span `id` of a request, standing at `id` in it, under `parent`.
+fn recent_member(id: u8, parent: Option<u8>) -> RecentMember {
+    RecentMember {
+        key: span(id),
+        parent: parent.map(span),
+        at: At {
+            resource: (0, 0),
+            span: (u32::from(id), 1),
+        },
+        skipped: parent.is_some(),
+    }
+}
+
+/// Reads span `id` back as the byte it stands on in its request.
+fn read_back(body: &[u8], at: At) -> Option<Owned> {
+    let (_, span) = at.read(body)?;
+    Some(fact(span[0]))
+}
+
+/// A request whose byte `i` is `i`: each span reads back as itself.
+fn request() -> Vec<u8> {
+    (0..=255).collect()
+}
+
+#[test]
+fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again() {
+    let mut calls = Calls::new(5, 100, BIG);
+    let mut batch = calls.recent_batch();
+    batch.root(span(1), recent_member(1, None).at, &observed(1));
+    batch.call(
+        [recent_member(2, None), recent_member(3, Some(2))],
+        &[observed(2)],
+    );
+    calls.keep_recent((&request(), None), batch, 10);
+    assert_eq!(calls.recent().0, 3);
+    let call = calls.take_member(&span(3), read_back).expect("kept");
+    assert_eq!(ids(&call), vec![2, 3]);
+    assert_eq!(
+        call.members[0].facts,
+        fact(2),
+        "read again from the request"
+    );
+    assert_eq!(call.members[1].parent, Some(span(2)));
+    assert!(call.members[1].skipped && !call.members[0].skipped);
+    assert_eq!(call.since, 10);
+    assert_eq!(
+        call.state,
+        State::Counted {
+            attempts: vec![observed(2)]
+        }
+    );
+    assert!(
+        calls.take_member(&span(2), read_back).is_none(),
+        "taken once"
+    );
+    assert!(
+        calls.take_member(&span(4), read_back).is_none(),
+        "never kept"
+    );
+    let call = calls.take_member(&span(1), read_back).expect("kept");
+    assert_eq!(ids(&call), vec![1]);
+    assert_eq!(call.members[0].parent, None);
+    assert_eq!(
+        call.state,
+        State::Counted {
+            attempts: vec![observed(1)]
+        }
+    );
+}
+
+#[test]
+fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
+    let mut calls = Calls::new(5, 2, BIG);
+    for (id, at) in [(1, 10), (2, 12)] {
+        let mut batch = calls.recent_batch();
+        batch.call([recent_member(id, None)], &[observed(1)]);
+        calls.keep_recent((&request(), None), batch, at);
+    }
+    calls.due(15, false);
+    assert!(
+        calls.take_member(&span(1), read_back).is_none(),
+        "its window over"
+    );
+    assert!(
+        calls.take_member(&span(2), read_back).is_some(),
+        "within it"
+    );
+    // Two spans at most: a third request's call pushes out the oldest.
+    for id in [3, 4, 5] {
+        let mut batch = calls.recent_batch();
+        batch.call([recent_member(id, None)], &[observed(1)]);
+        calls.keep_recent((&request(), None), batch, 16);
+    }
+    assert_eq!(calls.recent().0, 2);
+    assert!(
+        calls.take_member(&span(3), read_back).is_none(),
+        "pushed out"
+    );
+    assert!(calls.take_member(&span(5), read_back).is_some());
+    // Bytes: the request's own count.
+    let mut calls = Calls::new(5, 100, 700);
+    for id in [6, 7] {
+        let mut batch = calls.recent_batch();
+        batch.call([recent_member(id, None)], &[observed(1)]);
+        calls.keep_recent((&request(), None), batch, 16);
+    }
+    assert!(
+        calls.take_member(&span(6), read_back).is_none(),
+        "256 bytes each, and what is kept of the call"
+    );
+    assert!(calls.take_member(&span(7), read_back).is_some());
+    assert!(calls.recent().1 >= 256);
+}
+
+#[test]
+fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
+    let mut calls = Calls::new(5, 100, BIG);
+    let mut batch = calls.recent_batch();
+    batch.call([recent_member(1, None)], &[observed(1)]);
+    batch.call([recent_member(2, None)], &[observed(2)]);
+    batch.drop_joined(|k| *k == span(1));
+    calls.keep_recent((&request(), None), batch, 10);
+    assert!(
+        calls.take_member(&span(1), read_back).is_none(),
+        "joined since"
+    );
+    let mut batch = calls.recent_batch();
+    batch.call([recent_member(3, None)], &[observed(3)]);
+    calls.keep_recent((&request(), None), batch, 11);
+    assert!(calls.take_member(&span(3), read_back).is_some());
+    calls.recent_settled();
+    assert_eq!(calls.recent(), (0, 0));
+    assert!(calls.take_member(&span(2), read_back).is_none());
+    assert!(
+        calls.was_counted(&span(2)),
+        "kept but not taken: its ids stay"
+    );
+    assert!(
+        !calls.was_counted(&span(3)),
+        "taken: counted again with its part"
+    );
+    // Nothing kept when nothing may be held.
+    let mut calls = Calls::new(5, 0, BIG);
+    let mut batch = calls.recent_batch();
+    batch.call([recent_member(4, None)], &[observed(4)]);
+    calls.keep_recent((&request(), None), batch, 10);
+    assert!(calls.take_member(&span(4), read_back).is_none());
+}
+
+#[test]
+fn where_a_span_stands_reads_back_only_within_its_request() {
+    let body = request();
+    let at = At::of(&body, &body[4..20], &body[8..10]);
+    assert_eq!(
+        at,
+        At {
+            resource: (4, 16),
+            span: (8, 2)
+        }
+    );
+    assert_eq!(at.read(&body), Some((&body[4..20], &body[8..10])));
+    assert_eq!(at.read(&body[..9]), None, "past its end");
 }

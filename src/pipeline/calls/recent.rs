@@ -1,0 +1,367 @@
+//! Calls counted whole that a late span may still join (DESIGN §11: "in any order"): a call
+//! that named a server nobody observes is complete as far as anyone expects, but a span of
+//! its own can still come after it — a transport request or an inner protocol span that ended
+//! after its parent (a stream, a background task begun inside the call), or one exported by
+//! another processor. Kept for the reorder window, so that such a span joins the call it is
+//! part of and the call is counted again with its facts, instead of the span being counted on
+//! its own.
+//!
+//! Core: pure state. What is kept of such a call is cheap, since almost every flat span is
+//! one and almost none is ever joined: the request's bytes, held once ([`Recent::keep`]: a
+//! receiver's [`Bytes`] by reference, other bodies copied),
+//! and for each call where its spans stand in them and what it was counted as. A call's spans
+//! are read again only when a late span joins it ([`Recent::take`]). Calls are found by their
+//! spans in a table of fixed size (a span's place is its key's hash; a newer call's span may
+//! take an older one's place, which is then forgotten). Kept apart from the held and
+//! remembered calls, so that a stream of flat spans never pushes out a call still waiting for
+//! its parent; bounded by the same `max_held_spans` and `max_held_mib`, the oldest request
+//! forgotten first; its room is reused by the next (once warm, keeping allocates nothing).
+
+use super::{Call, Kept, SpanKey, State};
+use crate::extract::call::Side;
+use crate::extract::Owned;
+use crate::tracker::{Nanos, Observation};
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::ops::Range;
+
+/// Where a span stands in its request's body: its resource's `ResourceSpans` message and its
+/// own bytes, each as (offset, length).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct At {
+    /// The `ResourceSpans` the span is under.
+    pub resource: (u32, u32),
+    /// The span.
+    pub span: (u32, u32),
+}
+
+impl At {
+    /// Where `resource` and `span`, both slices of `body`, stand in it.
+    pub fn of(body: &[u8], resource: &[u8], span: &[u8]) -> At {
+        let place = |part: &[u8]| {
+            let offset = (part.as_ptr() as usize).wrapping_sub(body.as_ptr() as usize);
+            (offset as u32, part.len() as u32)
+        };
+        At {
+            resource: place(resource),
+            span: place(span),
+        }
+    }
+
+    /// The two slices of `body` it names; `None` when they are not in it.
+    pub fn read<'b>(&self, body: &'b [u8]) -> Option<(&'b [u8], &'b [u8])> {
+        let slice = |(offset, len): (u32, u32)| {
+            let start = offset as usize;
+            body.get(start..start.checked_add(len as usize)?)
+        };
+        Some((slice(self.resource)?, slice(self.span)?))
+    }
+}
+
+/// A span of a call kept for a late part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// The span.
+    pub key: SpanKey,
+    /// The parent it names.
+    pub parent: Option<SpanKey>,
+    /// Where it stands in its request.
+    pub at: At,
+    /// It was counted as skipped (`same_call`) already.
+    pub skipped: bool,
+}
+
+/// One call of a [`Batch`]: its spans and attempts there, and whether a late span took it.
+#[derive(Debug, Clone)]
+struct Entry {
+    members: Range<u32>,
+    attempts: Range<u32>,
+    taken: bool,
+}
+
+/// The calls of one request to keep for a late part: filled by the request, then kept with its
+/// bytes ([`Recent::keep`]).
+#[derive(Debug, Default)]
+pub struct Batch {
+    members: Vec<Member>,
+    attempts: Vec<Observation>,
+    entries: Vec<Entry>,
+}
+
+impl Batch {
+    /// Adds a call: its spans, and what it was counted as.
+    pub fn call(&mut self, members: impl IntoIterator<Item = Member>, attempts: &[Observation]) {
+        let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
+        self.members.extend(members);
+        self.attempts.extend_from_slice(attempts);
+        self.entries.push(Entry {
+            members: m..self.members.len() as u32,
+            attempts: a..self.attempts.len() as u32,
+            taken: false,
+        });
+    }
+
+    /// Adds a call of one span that names no parent (a root counted at once), as
+    /// [`Batch::call`] does.
+    pub fn root(&mut self, key: SpanKey, at: At, attempt: &Observation) {
+        let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
+        self.members.push(Member {
+            key,
+            parent: None,
+            at,
+            skipped: false,
+        });
+        self.attempts.push(*attempt);
+        self.entries.push(Entry {
+            members: m..m + 1,
+            attempts: a..a + 1,
+            taken: false,
+        });
+    }
+
+    /// Drops the calls a span of which `joined` names (joined by another call since).
+    pub fn drop_joined(&mut self, joined: impl Fn(&SpanKey) -> bool) {
+        for entry in &mut self.entries {
+            let members = entry.members.start as usize..entry.members.end as usize;
+            if self.members[members].iter().any(|m| joined(&m.key)) {
+                entry.taken = true;
+            }
+        }
+    }
+
+    /// Whether it holds no call.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.members.clear();
+        self.attempts.clear();
+        self.entries.clear();
+    }
+
+    /// The memory it takes, about.
+    fn bytes(&self) -> usize {
+        self.members.len() * std::mem::size_of::<Member>()
+            + self.attempts.len() * std::mem::size_of::<Observation>()
+            + self.entries.len() * std::mem::size_of::<Entry>()
+    }
+}
+
+/// One request's bytes and its calls.
+#[derive(Debug, Default)]
+struct Body {
+    since: Nanos,
+    bytes: Bytes,
+    batch: Batch,
+    /// What it counts against the bounds.
+    cost: usize,
+}
+
+/// A span's place in the table: its key, the request (by number, modulo 2^32: the call found
+/// is checked to hold the key) and call it is of. 32 bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Place {
+    key: SpanKey,
+    /// 0: empty.
+    body: u32,
+    entry: u32,
+}
+
+/// The most places the table has (32 MiB of them).
+const MAX_PLACES: usize = 1 << 20;
+
+/// How many kept requests' room is kept for the next.
+const SPARE: usize = 8;
+
+/// The recently counted calls, by request, oldest first.
+#[derive(Debug, Default)]
+pub(super) struct Recent {
+    /// Each kept span's place, at its key's hash; sized to `max_held_spans` (rounded up to a
+    /// power of two) on first use.
+    table: Vec<Place>,
+    bodies: VecDeque<Body>,
+    /// The number of `bodies`' first (numbers start at 1).
+    base: u64,
+    spans: usize,
+    bytes: usize,
+    spare: Vec<Body>,
+}
+
+/// Where `key` goes in a table of `len` places (a power of two): Fibonacci hashing of the
+/// span id and the trace id's low half (SDKs make both random; tests make them sequential).
+fn place_of(key: &SpanKey, len: usize) -> usize {
+    let mut low = [0; 8];
+    low.copy_from_slice(&key.0[8..]);
+    let h = (u64::from_le_bytes(key.1) ^ u64::from_le_bytes(low).rotate_left(29))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (64 - len.trailing_zeros())) as usize
+}
+
+impl Recent {
+    /// How many spans are kept.
+    pub fn spans(&self) -> usize {
+        self.spans
+    }
+
+    /// How many bytes they take, about (the requests' bytes included).
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// An empty batch, in the room of one kept before.
+    pub fn batch(&mut self) -> Batch {
+        let mut batch = self
+            .spare
+            .last_mut()
+            .map(|b| std::mem::take(&mut b.batch))
+            .unwrap_or_default();
+        batch.clear();
+        batch
+    }
+
+    /// Keeps the calls of `batch`, of the request `body` that arrived at `now`, then forgets
+    /// the oldest requests while more than `max_spans` spans or `max_bytes` bytes are kept.
+    pub fn keep(
+        &mut self,
+        (body, owner): (&[u8], Option<&Bytes>),
+        batch: Batch,
+        now: Nanos,
+        bounds: (usize, usize),
+    ) {
+        let (max_spans, max_bytes) = bounds;
+        if batch.is_empty() || max_spans == 0 {
+            // Its room, back for the next.
+            if let Some(spare) = self.spare.last_mut() {
+                spare.batch = batch;
+            }
+            return;
+        }
+        if self.table.is_empty() {
+            let len = max_spans.next_power_of_two().clamp(2, MAX_PLACES);
+            self.table = vec![Place::default(); len];
+            self.base = 1;
+        }
+        let mut kept = self.spare.pop().unwrap_or_default();
+        kept.since = now;
+        // Held where it is when it is held in `Bytes` (a receiver's), else copied.
+        kept.bytes = match owner {
+            Some(owner) if owner.as_ptr() == body.as_ptr() && owner.len() == body.len() => {
+                owner.clone()
+            }
+            _ => Bytes::copy_from_slice(body),
+        };
+        kept.batch = batch;
+        kept.cost = body.len() + kept.batch.bytes();
+        let number = self.base + self.bodies.len() as u64;
+        for (e, entry) in kept.batch.entries.iter().enumerate() {
+            if entry.taken {
+                continue;
+            }
+            for m in &kept.batch.members[entry.members.start as usize..entry.members.end as usize] {
+                let at = place_of(&m.key, self.table.len());
+                self.table[at] = Place {
+                    key: m.key,
+                    body: number as u32,
+                    entry: e as u32,
+                };
+            }
+        }
+        self.spans += kept.batch.members.len();
+        self.bytes += kept.cost;
+        self.bodies.push_back(kept);
+        while self.spans > max_spans || self.bytes > max_bytes {
+            if !self.pop_front() {
+                break;
+            }
+        }
+    }
+
+    /// The call holding the span `key`, taken out: its spans read again from their request
+    /// by `read` (their facts, or `None` when they no longer read as attempts).
+    pub fn take(
+        &mut self,
+        key: &SpanKey,
+        read: impl Fn(&[u8], At) -> Option<Owned>,
+    ) -> Option<Call> {
+        if self.table.is_empty() {
+            return None;
+        }
+        let place = self.table[place_of(key, self.table.len())];
+        if place.body == 0 || place.key != *key {
+            return None;
+        }
+        let back = place.body.wrapping_sub(self.base as u32) as usize;
+        let body = self.bodies.get_mut(back)?;
+        let entry = body.batch.entries.get_mut(place.entry as usize)?;
+        let members = entry.members.start as usize..entry.members.end as usize;
+        if entry.taken || !body.batch.members[members].iter().any(|m| m.key == *key) {
+            return None;
+        }
+        entry.taken = true;
+        let (members, attempts) = (entry.members.clone(), entry.attempts.clone());
+        let batch = &body.batch;
+        let mut kept = Vec::with_capacity(members.len());
+        for m in &batch.members[members.start as usize..members.end as usize] {
+            kept.push(Kept {
+                facts: read(&body.bytes, m.at)?,
+                side: Side::Client,
+                named: false,
+                key: m.key,
+                parent: m.parent,
+                carrier: None,
+                skipped: m.skipped,
+            });
+        }
+        let attempts = batch.attempts[attempts.start as usize..attempts.end as usize].to_vec();
+        Some(Call {
+            members: kept,
+            state: State::Counted { attempts },
+            since: body.since,
+        })
+    }
+
+    /// Forgets the requests kept at `since` + `window` or before `now`.
+    pub fn expire(&mut self, now: Nanos, window: Nanos) {
+        while self
+            .bodies
+            .front()
+            .is_some_and(|b| now >= b.since.saturating_add(window))
+        {
+            self.pop_front();
+        }
+    }
+
+    /// Forgets every call, each span of those not taken given to `gone` with when its call
+    /// was kept.
+    pub fn clear(&mut self, mut gone: impl FnMut(SpanKey, Nanos)) {
+        for body in &self.bodies {
+            let batch = &body.batch;
+            for entry in batch.entries.iter().filter(|e| !e.taken) {
+                let members = entry.members.start as usize..entry.members.end as usize;
+                for m in &batch.members[members] {
+                    gone(m.key, body.since);
+                }
+            }
+        }
+        while self.pop_front() {}
+    }
+
+    /// Forgets the oldest request; `false` when none is kept.
+    fn pop_front(&mut self) -> bool {
+        let Some(body) = self.bodies.pop_front() else {
+            return false;
+        };
+        self.base += 1;
+        self.spans -= body.batch.members.len();
+        self.bytes -= body.cost;
+        if self.spare.len() < SPARE {
+            // The request's bytes let go of; the rest is room for the next.
+            self.spare.push(Body {
+                bytes: Bytes::new(),
+                ..body
+            });
+        }
+        true
+    }
+}
