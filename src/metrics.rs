@@ -790,14 +790,19 @@ impl Metrics {
                         span_id,
                         at: end,
                     };
-                    if kind.class() == Class::Refusal {
+                    // Only a real trace's ids (all-zero ones are none, §6: the pipeline gives
+                    // ids of the wrong length an all-zero trace id).
+                    let exemplar = (trace_id != [0; 16] && span_id != [0; 8]).then_some(exemplar);
+                    if let (Class::Refusal, Some(exemplar)) = (kind.class(), exemplar) {
                         p.exemplar(Series::Attempts(kind), exemplar);
                     }
                     if let Some(v) = violation {
                         p.last_violation
                             .store(self.clock.load(Ordering::Relaxed), Ordering::Relaxed);
                         p.violations[v as usize].fetch_add(1, Ordering::Relaxed);
-                        p.exemplar(Series::Violation(v), exemplar);
+                        if let Some(exemplar) = exemplar {
+                            p.exemplar(Series::Violation(v), exemplar);
+                        }
                     }
                     if discovery_read {
                         p.discovery_reads.fetch_add(1, Ordering::Relaxed);

@@ -1985,3 +1985,70 @@ async fn a_failed_metrics_push_logs_its_cause() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exemplar_names_only_a_span_whose_ids_are_valid() {
+    let server = common::start(
+        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\nadmin:\n  endpoint: 127.0.0.1:0\n\
+         interfaces:\n  - name: items\n    protocol: http\n    url: http://api.test\n    endpoints: [{ path: /items/1, methods: [GET] }]\n",
+    )
+    .await;
+    let bound = &server.bound;
+    // (client, trace id, span id): a request refused (405), then the same again with these
+    // ids — a violation, whose series carries the exemplar of the attempt that committed it.
+    let cases: [(&str, Vec<u8>, Vec<u8>); 9] = [
+        ("valid", vec![7; 16], vec![9; 8]),
+        ("trace-15", vec![7; 15], vec![9; 8]),
+        ("trace-17", vec![7; 17], vec![9; 8]),
+        ("trace-none", Vec::new(), vec![9; 8]),
+        ("trace-zero", vec![0; 16], vec![9; 8]),
+        ("span-7", vec![7; 16], vec![9; 7]),
+        ("span-9", vec![7; 16], vec![9; 9]),
+        ("span-none", vec![7; 16], Vec::new()),
+        ("span-zero", vec![7; 16], vec![0; 8]),
+    ];
+    for (client, trace, span) in &cases {
+        let first = common::http_span(1, "DELETE", "http://api.test/items/1", 405);
+        let mut again = common::http_span(2, "DELETE", "http://api.test/items/1", 405);
+        again.trace_id = trace.clone();
+        again.span_id = span.clone();
+        common::send(bound, common::export(client, vec![first, again])).await;
+    }
+    let text = reqwest::Client::new()
+        .get(format!("http://{}/metrics", bound.admin))
+        .header("accept", "application/openmetrics-text; version=1.0.0")
+        .send()
+        .await
+        .expect("the admin endpoint answers")
+        .text()
+        .await
+        .expect("a body");
+    for (client, ..) in &cases {
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("refusal_gate_violations_total{"))
+            .filter(|l| l.contains(&format!("client=\"{client}\"")))
+            .collect();
+        let exemplars: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.split_once(" # "))
+            .map(|(_, e)| e)
+            .collect();
+        if *client == "valid" {
+            assert_eq!(lines.len(), 1, "{text}");
+            assert_eq!(
+                exemplars.len(),
+                1,
+                "the valid span's violation carries its exemplar: {lines:?}"
+            );
+            let want = format!(
+                "trace_id=\"{}\",span_id=\"{}\"",
+                "07".repeat(16),
+                "09".repeat(8)
+            );
+            assert!(exemplars[0].contains(&want), "{}", exemplars[0]);
+        } else {
+            assert!(exemplars.is_empty(), "{client}: {lines:?}");
+        }
+    }
+}

@@ -159,6 +159,7 @@ impl Pipeline {
 
 /// What the tracker takes of a placed attempt.
 pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observation {
+    let (trace_id, span_id) = ids(attempt.trace_id, attempt.span_id);
     Observation {
         group: p.group,
         operation: p.operation,
@@ -169,16 +170,26 @@ pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observ
         declared: p.declared,
         discovery: p.discovery,
         retry_after: attempt.signal.retry_after,
-        trace_id: fixed(attempt.trace_id),
-        span_id: fixed(attempt.span_id),
+        trace_id,
+        span_id,
     }
 }
 
-fn fixed<const N: usize>(bytes: &[u8]) -> [u8; N] {
-    let mut out = [0; N];
-    let n = bytes.len().min(N);
-    out[..n].copy_from_slice(&bytes[..n]);
-    out
+/// The tracker's ids of a span whose protobuf ids are `trace` and `span`. Valid ids (16 and
+/// 8 bytes) are kept as they are; ids of another length (or absent) still tell the span
+/// apart — the trace id is then all zero, which no valid trace id is, and the span id a hash
+/// of both — but are never shown as an exemplar (an exemplar names a real trace).
+pub fn ids(trace: &[u8], span: &[u8]) -> ([u8; 16], [u8; 8]) {
+    if let (Ok(trace_id), Ok(span_id)) = (trace.try_into(), span.try_into()) {
+        return (trace_id, span_id);
+    }
+    // FNV-1a over both ids and their lengths: the same wrong ids give the same key.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let lengths = [trace.len() as u8, span.len() as u8];
+    for b in lengths.iter().chain(trace).chain(span) {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    ([0; 16], h.to_be_bytes())
 }
 
 /// Appends the `refusal_gate.*` attributes of DESIGN §6 that do not depend on the verdict
@@ -276,5 +287,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn valid_ids_are_kept_and_others_tell_spans_apart_under_an_all_zero_trace() {
+        assert_eq!(ids(&[7; 16], &[9; 8]), ([7; 16], [9; 8]));
+        let wrong: [(&[u8], &[u8]); 6] = [
+            (&[7; 15], &[9; 8]),
+            (&[7; 17], &[9; 8]),
+            (&[], &[9; 8]),
+            (&[7; 16], &[9; 7]),
+            (&[7; 16], &[9; 9]),
+            (&[7; 16], &[]),
+        ];
+        let mut seen = std::collections::HashSet::new();
+        for (trace, span) in wrong {
+            let (trace_id, span_id) = ids(trace, span);
+            assert_eq!(trace_id, [0; 16], "{trace:?} {span:?}");
+            assert_eq!(ids(trace, span), (trace_id, span_id), "the same each time");
+            assert!(seen.insert(span_id), "told apart: {trace:?} {span:?}");
+        }
+        // The lengths count: the same bytes split otherwise are another span.
+        assert_ne!(ids(&[7; 15], &[7; 9]), ids(&[7; 14], &[7; 10]));
     }
 }
