@@ -512,6 +512,7 @@ impl Server {
                 Arc::clone(&pipeline),
                 Arc::clone(&receiver_tokens),
                 rx_stop.clone(),
+                mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
             ))
             .prepare();
         let [grpc_metrics, http_metrics, admin_metrics] =

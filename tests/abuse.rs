@@ -2052,3 +2052,29 @@ async fn an_exemplar_names_only_a_span_whose_ids_are_valid() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_request_too_large_to_read_is_resource_exhausted() {
+    use refusal_gate::gate::proto::refusal_gate_client::RefusalGateClient;
+    use refusal_gate::gate::proto::WatchAlertsRequest;
+    let server = common::start(
+        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\nadmin:\n  endpoint: 127.0.0.1:0\n",
+    )
+    .await;
+    let mut gate = RefusalGateClient::connect(format!("http://{}", server.bound.grpc))
+        .await
+        .expect("connects");
+    // 5 MB: past gRPC's 4 MiB a message, as the OTLP receiver's own limit is answered.
+    let request = WatchAlertsRequest {
+        client: "x".repeat(5_000_000),
+        ..Default::default()
+    };
+    let status = gate
+        .watch_alerts(request)
+        .await
+        .expect_err("too large to read");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    // The Gate answers the next one as ever.
+    let small = gate.watch_alerts(WatchAlertsRequest::default()).await;
+    assert!(small.is_ok(), "{small:?}");
+}

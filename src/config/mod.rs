@@ -183,7 +183,8 @@ pub struct GrpcReceiver {
     /// Where to listen.
     #[serde(deserialize_with = "socket_addr")]
     pub endpoint: SocketAddr,
-    /// The largest request message accepted, after decompression, in MiB.
+    /// The largest request message accepted, after decompression, in MiB: an OTLP export or
+    /// a Gate API request.
     pub max_recv_msg_size_mib: u64,
     /// Requests in flight at once; past it, `UNAVAILABLE` with a retry hint.
     pub max_concurrent_requests: usize,

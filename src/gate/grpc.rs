@@ -14,6 +14,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_stream::{Stream, StreamExt};
+use tonic::codegen::{http, Service};
 use tonic::{Request, Response, Status};
 
 /// The service.
@@ -25,19 +26,22 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// The service over `pipeline`, admitting callers with one of `tokens` (none: anyone);
-    /// its alert streams end when `stop` turns true.
+    /// The service over `pipeline`, admitting callers with one of `tokens` (none: anyone) and
+    /// requests of at most `max_message_bytes` (the OTLP receiver's limit); its alert streams
+    /// end when `stop` turns true.
     pub fn server(
         pipeline: Arc<Pipeline>,
         tokens: Arc<Tokens>,
         stop: tokio::sync::watch::Receiver<bool>,
-    ) -> RefusalGateServer<Gate> {
-        RefusalGateServer::new(Gate {
+        max_message_bytes: usize,
+    ) -> TooLarge<RefusalGateServer<Gate>> {
+        let gate = RefusalGateServer::new(Gate {
             pipeline,
             tokens,
             ids: AtomicU64::new(1),
             stop,
-        })
+        });
+        TooLarge(gate.max_decoding_message_size(max_message_bytes))
     }
 
     fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
@@ -50,6 +54,47 @@ impl Gate {
         } else {
             Err(Status::unauthenticated("missing or invalid bearer token"))
         }
+    }
+}
+
+/// A gRPC service whose requests too large to read are answered `RESOURCE_EXHAUSTED`, as the
+/// OTLP receiver answers them and as gRPC's own limits do, rather than tonic's `OUT_OF_RANGE`
+/// (the Gate's methods never answer `OUT_OF_RANGE` themselves: every one is tonic's size
+/// check).
+#[derive(Debug, Clone)]
+pub struct TooLarge<S>(S);
+
+impl<S: tonic::server::NamedService> tonic::server::NamedService for TooLarge<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, B, R> Service<http::Request<B>> for TooLarge<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let answer = self.0.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            let headers = response.headers_mut();
+            if headers.get("grpc-status").is_some_and(|s| s == "11") {
+                headers.insert("grpc-status", http::HeaderValue::from_static("8"));
+            }
+            Ok(response)
+        })
     }
 }
 
