@@ -144,3 +144,36 @@ async fn a_million_new_clients_and_paths_stay_within_the_bounds() {
     assert!(hwm < RSS_BOUND_MIB, "peak RSS {hwm} MiB over the bound");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_max_keys_no_key_is_evicted_however_the_clients_hash() {
+    // 20 clients of 20 keys each, 400 keys of 500: the tracker's 16 shards cannot each hold
+    // one client, and a shard's even share (31 keys) is less than two clients' keys.
+    let server = common::start(
+        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\nadmin:\n  endpoint: 127.0.0.1:0\ntracker:\n  max_keys: 500\n",
+    )
+    .await;
+    let bound = &server.bound;
+    for client in 0..20u64 {
+        let spans = (0..20u64)
+            .map(|k| {
+                let url = format!("http://api.test/items/{k}");
+                common::http_span(client * 100 + k, "GET", &url, 200)
+            })
+            .collect();
+        common::send(bound, common::export(&format!("agent-{client}"), spans)).await;
+    }
+    let text = common::scrape(bound).await;
+    assert_eq!(
+        common::value(&text, "refusal_gate_tracker_keys", &[]),
+        400.0
+    );
+    assert_eq!(
+        common::value(
+            &text,
+            "refusal_gate_tracker_evictions_total",
+            &[("reason", "capacity")]
+        ),
+        0.0
+    );
+}

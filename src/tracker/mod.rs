@@ -8,8 +8,13 @@
 //! never across an `.await`: nothing here is async. The caller passes the clock in (the wall
 //! clock when serving, span time when replaying) and records the [`Event`]s it gets back.
 //!
-//! `max_keys` is split evenly over the shards, so the total never exceeds it; eviction is
-//! least-recently-used within a shard, in batches of 1/64 of the shard's share.
+//! `max_keys` bounds the whole: each shard has an even share of it, and lends what it does not
+//! use to the others (clients do not hash evenly). Once the whole is reached, a new key is
+//! made room for in its own shard when that shard holds its share or more, else in a shard
+//! holding more than its share (the room lent comes back), else in its own; eviction is
+//! least-recently-used within that shard, in batches of 1/64 of its share. Another shard is
+//! only ever tried, never waited for: the whole can pass `max_keys` by a key for a moment
+//! when every shard holding more than its share is busy and the new key's own is empty.
 
 mod group;
 mod keys;
@@ -305,6 +310,7 @@ struct Shard {
     groups: HashMap<GroupId, Group>,
     names: names::Names,
     keys: usize,
+    /// Its share of `max_keys`: what it holds beyond is lent by the others.
     cap: usize,
 }
 
@@ -346,6 +352,7 @@ pub struct Tracker {
     shards: Vec<Mutex<Shard>>,
     params: Params,
     keys: AtomicUsize,
+    max_keys: usize,
 }
 
 impl Tracker {
@@ -372,6 +379,7 @@ impl Tracker {
             shards,
             params: Params::new(config),
             keys: AtomicUsize::new(0),
+            max_keys: config.max_keys.max(1),
         }
     }
 
@@ -470,8 +478,13 @@ impl Tracker {
         {
             return known;
         }
-        if shard.keys >= shard.cap {
-            let evicted = evict_lru(shard, now, p, out);
+        if self.keys.load(Ordering::Relaxed) >= self.max_keys {
+            let evicted = if shard.keys < shard.cap {
+                self.reclaim(now, out)
+                    .unwrap_or_else(|| evict_lru(shard, now, p, out))
+            } else {
+                evict_lru(shard, now, p, out)
+            };
             self.keys.fetch_sub(evicted, Ordering::Relaxed);
         }
         let name = shard.names.intern_display(operation);
@@ -484,6 +497,16 @@ impl Tracker {
         self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
         group.observe(now, obs, p, out).flatten()
+    }
+
+    /// Evicts from a shard holding more than its share of `max_keys` (room it was lent), the
+    /// first found free; `None` when none is (or the shard being observed is the only one).
+    fn reclaim(&self, now: Nanos, out: &mut Vec<Event>) -> Option<usize> {
+        self.shards.iter().find_map(|m| {
+            // The shard being observed is locked already: never found here.
+            let mut other = m.try_lock().ok()?;
+            (other.keys > other.cap).then(|| evict_lru(&mut other, now, &self.params, out))
+        })
     }
 
     /// Takes back the attempt `obs` stood for when it is still pending (DESIGN §11: a span of
@@ -533,7 +556,8 @@ impl Tracker {
                 interface: state.interface,
             };
             let mut shard = self.shard(&id);
-            let room = shard.cap.saturating_sub(shard.keys);
+            let held = self.keys.load(Ordering::Relaxed) + taken;
+            let room = self.max_keys.saturating_sub(held);
             let labels = relabel(state.labels);
             if shard.groups.contains_key(&id) {
                 continue;

@@ -1580,3 +1580,50 @@ fn the_contract_reading_sees_each_violation() {
     tracker.finish(&mut events);
     assert_eq!(counted(&events), (verdicts, honored));
 }
+
+#[test]
+fn max_keys_bounds_the_whole_and_a_shard_lends_what_it_does_not_use() {
+    // 16 shards of 4 keys' share; clients 0, 16 and 32 all hash to shard 0.
+    let tracker = Tracker::new(&TrackerConfig {
+        max_keys: 64,
+        ..config()
+    });
+    let mut events = Vec::new();
+    let observe = |client: u64, op: u64, ms: u64, events: &mut Vec<Event>| {
+        let a = at(op, ms).client(client).0;
+        tracker.observe(T0 + ms * MS, &a, &"op", events);
+    };
+    for op in 0..20 {
+        for client in [0, 16, 32] {
+            observe(client, op, op * 10 + client, &mut events);
+        }
+    }
+    assert_eq!(
+        tracker.keys(),
+        60,
+        "one shard holds 60 keys of 64: none evicted"
+    );
+    assert!(capacity_evictions(&events).is_empty());
+    // The whole reached, a client of a shard under its share takes room back from shard 0.
+    for op in 0..4 {
+        observe(1, op, 1_000 + op, &mut events);
+    }
+    assert_eq!(tracker.keys(), 64);
+    for op in 0..2 {
+        observe(2, op, 1_100 + op, &mut events);
+    }
+    assert_eq!(tracker.keys(), 64);
+    assert_eq!(
+        capacity_evictions(&events),
+        [1, 1],
+        "a 64th of shard 0's share, twice"
+    );
+    let shard = |i: usize| tracker.shards[i].lock().expect("unpoisoned").keys;
+    assert_eq!((shard(0), shard(1), shard(2)), (58, 4, 2));
+    // A shard holding its share makes room in itself.
+    for op in 4..6 {
+        observe(1, op, 2_000 + op, &mut events);
+    }
+    assert_eq!(tracker.keys(), 64);
+    assert_eq!((shard(0), shard(1), shard(2)), (58, 4, 2));
+}
