@@ -904,22 +904,23 @@ impl Pipeline {
                     forced.extend(calls.keep(call));
                 }
                 Some(Memory::Recent) => {
-                    // Kept by where its spans stand in the request: a call with a span kept
-                    // from an earlier one is not (a late part of it is counted on its own).
+                    // Its client spans of this request by where they stand in it, the rest
+                    // (kept from an earlier request) copied whole.
                     let at = |i: usize| match work.from[i] {
+                        _ if work.members[i].side != Side::Client => None,
                         From::Node(n) => places.at.get(n).copied(),
                         From::Root(n) => places.root_at.get(n).copied(),
                         From::Kept { .. } => None,
                     };
-                    let whole_here = group
-                        .iter()
-                        .all(|&i| at(i).is_some() && work.members[i].side == Side::Client);
-                    if let (Some(batch), true) = (batch.as_deref_mut(), whole_here) {
-                        let members = group.iter().map(|&i| RecentMember {
-                            key: work.keys[i],
-                            parent: work.parents[i],
-                            at: at(i).unwrap_or_default(),
-                            skipped: parts(i),
+                    if let Some(batch) = batch.as_deref_mut() {
+                        let members = group.iter().map(|&i| match at(i) {
+                            Some(at) => Ok(RecentMember {
+                                key: work.keys[i],
+                                parent: work.parents[i],
+                                at,
+                                skipped: parts(i),
+                            }),
+                            None => Err(Box::new(kept(work, taken, i, parts(i)))),
                         });
                         batch.call(members, &counted);
                     }

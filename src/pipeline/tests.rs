@@ -11,6 +11,8 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 
+mod orders;
+
 fn request(spans: usize) -> ExportTraceServiceRequest {
     let span = Span {
         name: "GET".into(),

@@ -8,9 +8,9 @@
 //!
 //! Core: pure state. What is kept of such a call is cheap, since almost every flat span is
 //! one and almost none is ever joined: the request's bytes, held once ([`Recent::keep`]: a
-//! receiver's [`Bytes`] by reference, other bodies copied),
-//! and for each call where its spans stand in them and what it was counted as. A call's spans
-//! are read again only when a late span joins it ([`Recent::take`]). Calls are found by their
+//! receiver's [`Bytes`] by reference, other bodies copied), and for each call where its spans
+//! stand in them (its spans from earlier requests kept whole) and what it was counted as. A
+//! call's spans are read again only when a late span joins it ([`Recent::take`]). Calls are found by their
 //! spans in a table of fixed size (a span's place is its key's hash; a newer call's span may
 //! take an older one's place, which is then forgotten). Kept apart from the held and
 //! remembered calls, so that a stream of flat spans never pushes out a call still waiting for
@@ -58,7 +58,7 @@ impl At {
     }
 }
 
-/// A span of a call kept for a late part.
+/// A span of a call kept for a late part, found in its request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
     /// The span.
@@ -69,6 +69,15 @@ pub struct Member {
     pub at: At,
     /// It was counted as skipped (`same_call`) already.
     pub skipped: bool,
+}
+
+/// Where a span of a call kept for a late part is found.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// In its request.
+    Here(Member),
+    /// Kept already (it came in an earlier request): the index of its copy in the batch.
+    Kept(u32),
 }
 
 /// One call of a [`Batch`]: its spans and attempts there, and whether a late span took it.
@@ -83,16 +92,32 @@ struct Entry {
 /// bytes ([`Recent::keep`]).
 #[derive(Debug, Default)]
 pub struct Batch {
-    members: Vec<Member>,
+    members: Vec<Place>,
+    /// The spans of its calls that came in earlier requests, kept whole.
+    kept: Vec<Kept>,
     attempts: Vec<Observation>,
     entries: Vec<Entry>,
 }
 
 impl Batch {
-    /// Adds a call: its spans, and what it was counted as.
-    pub fn call(&mut self, members: impl IntoIterator<Item = Member>, attempts: &[Observation]) {
+    /// Adds a call: its spans (in the request, or kept already from an earlier one), and what
+    /// it was counted as.
+    pub fn call(
+        &mut self,
+        members: impl IntoIterator<Item = Result<Member, Box<Kept>>>,
+        attempts: &[Observation],
+    ) {
         let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
-        self.members.extend(members);
+        for member in members {
+            let place = match member {
+                Ok(here) => Place::Here(here),
+                Err(kept) => {
+                    self.kept.push(*kept);
+                    Place::Kept(self.kept.len() as u32 - 1)
+                }
+            };
+            self.members.push(place);
+        }
         self.attempts.extend_from_slice(attempts);
         self.entries.push(Entry {
             members: m..self.members.len() as u32,
@@ -105,12 +130,12 @@ impl Batch {
     /// [`Batch::call`] does.
     pub fn root(&mut self, key: SpanKey, at: At, attempt: &Observation) {
         let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
-        self.members.push(Member {
+        self.members.push(Place::Here(Member {
             key,
             parent: None,
             at,
             skipped: false,
-        });
+        }));
         self.attempts.push(*attempt);
         self.entries.push(Entry {
             members: m..m + 1,
@@ -121,9 +146,14 @@ impl Batch {
 
     /// Drops the calls a span of which `joined` names (joined by another call since).
     pub fn drop_joined(&mut self, joined: impl Fn(&SpanKey) -> bool) {
+        let (members, kept) = (&self.members, &self.kept);
+        let key = |place: &Place| match place {
+            Place::Here(m) => m.key,
+            Place::Kept(k) => kept[*k as usize].key,
+        };
         for entry in &mut self.entries {
-            let members = entry.members.start as usize..entry.members.end as usize;
-            if self.members[members].iter().any(|m| joined(&m.key)) {
+            let places = entry.members.start as usize..entry.members.end as usize;
+            if members[places].iter().any(|m| joined(&key(m))) {
                 entry.taken = true;
             }
         }
@@ -134,15 +164,25 @@ impl Batch {
         self.entries.is_empty()
     }
 
+    /// The key of the span at `place`.
+    fn key(&self, place: &Place) -> SpanKey {
+        match place {
+            Place::Here(m) => m.key,
+            Place::Kept(k) => self.kept[*k as usize].key,
+        }
+    }
+
     fn clear(&mut self) {
         self.members.clear();
+        self.kept.clear();
         self.attempts.clear();
         self.entries.clear();
     }
 
     /// The memory it takes, about.
     fn bytes(&self) -> usize {
-        self.members.len() * std::mem::size_of::<Member>()
+        self.members.len() * std::mem::size_of::<Place>()
+            + self.kept.iter().map(Kept::bytes).sum::<usize>()
             + self.attempts.len() * std::mem::size_of::<Observation>()
             + self.entries.len() * std::mem::size_of::<Entry>()
     }
@@ -158,10 +198,10 @@ struct Body {
     cost: usize,
 }
 
-/// A span's place in the table: its key, the request (by number, modulo 2^32: the call found
+/// A span's slot in the table: its key, the request (by number, modulo 2^32: the call found
 /// is checked to hold the key) and call it is of. 32 bytes.
 #[derive(Debug, Clone, Copy, Default)]
-struct Place {
+struct Slot {
     key: SpanKey,
     /// 0: empty.
     body: u32,
@@ -179,7 +219,7 @@ const SPARE: usize = 8;
 pub(super) struct Recent {
     /// Each kept span's place, at its key's hash; sized to `max_held_spans` (rounded up to a
     /// power of two) on first use.
-    table: Vec<Place>,
+    table: Vec<Slot>,
     bodies: VecDeque<Body>,
     /// The number of `bodies`' first (numbers start at 1).
     base: u64,
@@ -239,7 +279,7 @@ impl Recent {
         }
         if self.table.is_empty() {
             let len = max_spans.next_power_of_two().clamp(2, MAX_PLACES);
-            self.table = vec![Place::default(); len];
+            self.table = vec![Slot::default(); len];
             self.base = 1;
         }
         let mut kept = self.spare.pop().unwrap_or_default();
@@ -259,9 +299,10 @@ impl Recent {
                 continue;
             }
             for m in &kept.batch.members[entry.members.start as usize..entry.members.end as usize] {
-                let at = place_of(&m.key, self.table.len());
-                self.table[at] = Place {
-                    key: m.key,
+                let key = kept.batch.key(m);
+                let at = place_of(&key, self.table.len());
+                self.table[at] = Slot {
+                    key,
                     body: number as u32,
                     entry: e as u32,
                 };
@@ -287,31 +328,36 @@ impl Recent {
         if self.table.is_empty() {
             return None;
         }
-        let place = self.table[place_of(key, self.table.len())];
-        if place.body == 0 || place.key != *key {
+        let slot = self.table[place_of(key, self.table.len())];
+        if slot.body == 0 || slot.key != *key {
             return None;
         }
-        let back = place.body.wrapping_sub(self.base as u32) as usize;
+        let back = slot.body.wrapping_sub(self.base as u32) as usize;
         let body = self.bodies.get_mut(back)?;
-        let entry = body.batch.entries.get_mut(place.entry as usize)?;
-        let members = entry.members.start as usize..entry.members.end as usize;
-        if entry.taken || !body.batch.members[members].iter().any(|m| m.key == *key) {
+        let batch = &mut body.batch;
+        let entry = batch.entries.get(slot.entry as usize)?;
+        let (members, attempts) = (entry.members.clone(), entry.attempts.clone());
+        let places = &batch.members[members.start as usize..members.end as usize];
+        if entry.taken || !places.iter().any(|m| batch.key(m) == *key) {
             return None;
         }
-        entry.taken = true;
-        let (members, attempts) = (entry.members.clone(), entry.attempts.clone());
-        let batch = &body.batch;
-        let mut kept = Vec::with_capacity(members.len());
-        for m in &batch.members[members.start as usize..members.end as usize] {
-            kept.push(Kept {
-                facts: read(&body.bytes, m.at)?,
-                side: Side::Client,
-                named: false,
-                key: m.key,
-                parent: m.parent,
-                carrier: None,
-                skipped: m.skipped,
+        let mut kept = Vec::with_capacity(places.len());
+        for place in places {
+            kept.push(match place {
+                Place::Here(m) => Kept {
+                    facts: read(&body.bytes, m.at)?,
+                    side: Side::Client,
+                    named: false,
+                    key: m.key,
+                    parent: m.parent,
+                    carrier: None,
+                    skipped: m.skipped,
+                },
+                Place::Kept(k) => batch.kept[*k as usize].clone(),
             });
+        }
+        if let Some(entry) = batch.entries.get_mut(slot.entry as usize) {
+            entry.taken = true;
         }
         let attempts = batch.attempts[attempts.start as usize..attempts.end as usize].to_vec();
         Some(Call {
@@ -340,7 +386,7 @@ impl Recent {
             for entry in batch.entries.iter().filter(|e| !e.taken) {
                 let members = entry.members.start as usize..entry.members.end as usize;
                 for m in &batch.members[members] {
-                    gone(m.key, body.since);
+                    gone(batch.key(m), body.since);
                 }
             }
         }

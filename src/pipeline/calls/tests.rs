@@ -330,13 +330,22 @@ fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again(
     let mut batch = calls.recent_batch();
     batch.root(span(1), recent_member(1, None).at, &observed(1));
     batch.call(
-        [recent_member(2, None), recent_member(3, Some(2))],
+        [
+            Ok(recent_member(2, None)),
+            Ok(recent_member(3, Some(2))),
+            Err(Box::new(kept(4, Some(3)))),
+        ],
         &[observed(2)],
     );
     calls.keep_recent((&request(), None), batch, 10);
-    assert_eq!(calls.recent().0, 3);
-    let call = calls.take_member(&span(3), read_back).expect("kept");
-    assert_eq!(ids(&call), vec![2, 3]);
+    assert_eq!(calls.recent().0, 4);
+    let call = calls.take_member(&span(4), read_back).expect("kept");
+    assert_eq!(
+        ids(&call),
+        vec![2, 3, 4],
+        "found by a span kept from an earlier request too"
+    );
+    assert_eq!(call.members[2], kept(4, Some(3)));
     assert_eq!(
         call.members[0].facts,
         fact(2),
@@ -375,7 +384,7 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     let mut calls = Calls::new(5, 2, BIG);
     for (id, at) in [(1, 10), (2, 12)] {
         let mut batch = calls.recent_batch();
-        batch.call([recent_member(id, None)], &[observed(1)]);
+        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
         calls.keep_recent((&request(), None), batch, at);
     }
     calls.due(15, false);
@@ -390,7 +399,7 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     // Two spans at most: a third request's call pushes out the oldest.
     for id in [3, 4, 5] {
         let mut batch = calls.recent_batch();
-        batch.call([recent_member(id, None)], &[observed(1)]);
+        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
         calls.keep_recent((&request(), None), batch, 16);
     }
     assert_eq!(calls.recent().0, 2);
@@ -403,7 +412,7 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     let mut calls = Calls::new(5, 100, 700);
     for id in [6, 7] {
         let mut batch = calls.recent_batch();
-        batch.call([recent_member(id, None)], &[observed(1)]);
+        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
         calls.keep_recent((&request(), None), batch, 16);
     }
     assert!(
@@ -418,8 +427,8 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
 fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     let mut calls = Calls::new(5, 100, BIG);
     let mut batch = calls.recent_batch();
-    batch.call([recent_member(1, None)], &[observed(1)]);
-    batch.call([recent_member(2, None)], &[observed(2)]);
+    batch.call([Ok(recent_member(1, None))], &[observed(1)]);
+    batch.call([Ok(recent_member(2, None))], &[observed(2)]);
     batch.drop_joined(|k| *k == span(1));
     calls.keep_recent((&request(), None), batch, 10);
     assert!(
@@ -427,7 +436,7 @@ fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
         "joined since"
     );
     let mut batch = calls.recent_batch();
-    batch.call([recent_member(3, None)], &[observed(3)]);
+    batch.call([Ok(recent_member(3, None))], &[observed(3)]);
     calls.keep_recent((&request(), None), batch, 11);
     assert!(calls.take_member(&span(3), read_back).is_some());
     calls.recent_settled();
@@ -444,7 +453,7 @@ fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     // Nothing kept when nothing may be held.
     let mut calls = Calls::new(5, 0, BIG);
     let mut batch = calls.recent_batch();
-    batch.call([recent_member(4, None)], &[observed(4)]);
+    batch.call([Ok(recent_member(4, None))], &[observed(4)]);
     calls.keep_recent((&request(), None), batch, 10);
     assert!(calls.take_member(&span(4), read_back).is_none());
 }
