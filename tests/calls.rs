@@ -1,8 +1,11 @@
 //! One call, one attempt, in any arrival order (DESIGN §11): the four spans of one MCP call as
 //! the MCP SDK with the httpx instrumentation and an observed server record it — the client's
 //! protocol span, its HTTP child, the server's HTTP span and the server's MCP span — sent to
-//! the server over OTLP/HTTP in every one of their 24 orders, one span per export and all four
-//! in one export. Every order must give the same counters.
+//! the server over OTLP/HTTP in every one of their 24 orders, each split across exports in
+//! every one of the 8 ways (all four in one export, one span per export, and between). Every
+//! order and split must give the same counters. Then the examples of each way a call's spans
+//! can come apart: a busy key, a flood past the bounds, a ring of parent ids, a timeout, a
+//! discovery call on an undeclared path, a part that comes after its call was counted.
 
 mod common;
 
@@ -159,7 +162,7 @@ fn counted(text: &str, client: &str) -> Vec<(String, f64)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_four_spans_of_one_call_give_the_same_counters_in_all_24_orders() {
+async fn the_four_spans_of_one_call_give_the_same_counters_in_all_24_orders_and_all_splits() {
     let server = start(CONFIG).await;
     let bound = &server.bound;
     let skipped = |text: &str| {
@@ -180,19 +183,21 @@ async fn the_four_spans_of_one_call_give_the_same_counters_in_all_24_orders() {
     assert_eq!(all.len(), 24);
     let mut results = Vec::new();
     for (n, order) in all.iter().enumerate() {
-        for together in [false, true] {
-            let run = (2 * n + usize::from(together)) as u8;
-            let client = format!("chain-{n}-{}", if together { "one" } else { "each" });
+        // Every split of the order into exports: bit k of `cuts` ends an export after its
+        // span k (0: all in one export; 0b111: one span per export).
+        for cuts in 0..8u8 {
+            let run = (8 * n) as u8 + cuts;
+            let client = format!("chain-{n}-{cuts:03b}");
             let before = scrape(bound).await;
             // The first call, whole, in one export; then its retry in the order under test.
             send(bound, export(&chain(&client, run, 1))).await;
             let retry = chain(&client, run, 2);
             let spans: Vec<(String, Span)> = order.iter().map(|&k| retry[k].clone()).collect();
-            if together {
-                send(bound, export(&spans)).await;
-            } else {
-                for one in &spans {
-                    send(bound, export(std::slice::from_ref(one))).await;
+            let mut from = 0;
+            for k in 0..spans.len() {
+                if k + 1 == spans.len() || cuts & (1 << k) != 0 {
+                    send(bound, export(&spans[from..=k])).await;
+                    from = k + 1;
                 }
             }
             let after = scrape(bound).await;
@@ -201,17 +206,7 @@ async fn the_four_spans_of_one_call_give_the_same_counters_in_all_24_orders() {
                 skipped(&after) - skipped(&before),
                 stranger(&after) - stranger(&before),
             );
-            results.push((
-                format!(
-                    "{order:?} {}",
-                    if together {
-                        "in one export"
-                    } else {
-                        "one per export"
-                    }
-                ),
-                got,
-            ));
+            results.push((format!("{order:?} cut after {cuts:03b}"), got));
         }
     }
     let (first_order, want) = &results[0];
@@ -774,4 +769,52 @@ async fn a_span_that_comes_after_the_rest_of_its_call_was_counted_joins_that_cal
     assert_eq!(no_violations(&one), classes, "{one:?}");
     assert_eq!(first, one, "the call and its first request first");
     assert_eq!(last, one, "the second request first");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_span_whose_parent_never_comes_is_judged_with_the_attempts_after_it() {
+    // A window short enough to wait out; a path the interface does not declare.
+    let server = start(
+        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\n\
+         admin:\n  endpoint: 127.0.0.1:0\n\
+         interfaces:\n  - name: items\n    protocol: http\n    url: http://api.test\n    endpoints: [{ path: /items, methods: [GET] }]\n\
+         tracker:\n  reorder_window: 1s\n",
+    )
+    .await;
+    let bound = &server.bound;
+    for (client, dangling, n) in [("orphan", true, 1), ("rooted", false, 11)] {
+        // A 404 on the undeclared path, its parent (an agent's span another exporter sent)
+        // never coming; then the same request again: a retry without discovery (§5).
+        let mut first = common::http_span(n, "GET", "http://api.test/undeclared", 404);
+        if dangling {
+            first.parent_span_id = vec![0xee; 8];
+        }
+        let again = common::http_span(n + 1, "GET", "http://api.test/undeclared", 404);
+        send(bound, common::export(client, vec![first])).await;
+        send(bound, common::export(client, vec![again])).await;
+    }
+    // A scrape while the first is held must not settle the retry without it.
+    scrape(bound).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = scrape(bound).await;
+        let violations = |client| {
+            value(
+                &text,
+                "refusal_gate_violations_total",
+                &[("client", client), ("violation", "retry_without_discovery")],
+            )
+        };
+        if violations("orphan") == 1.0 || std::time::Instant::now() > deadline {
+            assert_eq!(violations("rooted"), 1.0);
+            assert_eq!(
+                violations("orphan"),
+                1.0,
+                "the retry of a span held for its parent: {:?}",
+                counted(&text, "orphan")
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }

@@ -1072,7 +1072,18 @@ impl Pipeline {
         }
         let interfaces = self.catalog.current();
         let due = calls.due(now, all);
-        let forced = self.count_kept(&mut calls, &interfaces, due, now, out);
+        let window = self.tracker.reorder_window();
+        let mut forced = Vec::new();
+        for call in due {
+            // Counted as at the end of its wait, not at the sweep's or the scrape's: what its
+            // client sent after it is still pending then, and is judged with it (whatever
+            // the order, §11), not settled first because the sweep came late.
+            let at = match all {
+                true => now,
+                false => call.since.saturating_add(window).min(now),
+            };
+            forced.extend(self.count_kept(&mut calls, &interfaces, vec![call], at, out));
+        }
         self.count_forced(&mut calls, &interfaces, forced, now, out);
         self.held_gauge(&calls);
     }

@@ -278,6 +278,16 @@ impl Calls {
         self.bytes
     }
 
+    /// The clients of the spans of held calls (a span may be a server's: its client is the
+    /// one it names, or none).
+    pub fn held_clients(&self) -> impl Iterator<Item = crate::extract::Client<'_>> {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| s.call.is_held())
+            .flat_map(|s| s.call.members.iter().map(|m| m.facts.attempt().client))
+    }
+
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.live == 0

@@ -643,7 +643,16 @@ impl Pipeline {
         self.release_held(now, false, &mut events);
         self.record(&events, now);
         let mut record = EachShard(|events: &[Event]| self.record(events, now));
-        self.tracker.settle(now, force, &mut record);
+        // A client with a span held for its call keeps its pending attempts pending: that
+        // span, when it is counted, may come before them (DESIGN §11: whatever the order).
+        let waiting: foldhash::HashSet<u64> = if force {
+            let calls = self.calls();
+            calls.held_clients().map(|c| self.id(c)).collect()
+        } else {
+            foldhash::HashSet::default()
+        };
+        let waits = |client: u64| !waiting.is_empty() && waiting.contains(&client);
+        self.tracker.settle_but(now, force, waits, &mut record);
         if force {
             // Nothing recently counted can be counted again now.
             self.calls().recent_settled();

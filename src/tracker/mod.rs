@@ -617,9 +617,23 @@ impl Tracker {
     /// Settles pending verdicts: all of them when `force` (a read of the counters), else
     /// those of groups whose first pending attempt arrived `reorder_window` ago.
     pub fn settle(&self, now: Nanos, force: bool, out: &mut impl Events) {
+        self.settle_but(now, force, |_| false, out);
+    }
+
+    /// [`Tracker::settle`], but a group of a client `waits` names settles only when it is due,
+    /// even when `force`d: an attempt of that client still to come (a span held for its call)
+    /// may come before its pending ones and change their verdicts.
+    pub fn settle_but(
+        &self,
+        now: Nanos,
+        force: bool,
+        waits: impl Fn(u64) -> bool,
+        out: &mut impl Events,
+    ) {
         self.each_shard(out, |shard, batch| {
-            for group in shard.groups.values_mut() {
-                if force || group.due(now, &self.params) {
+            for (id, group) in shard.groups.iter_mut() {
+                let forced = force && !waits(id.client);
+                if forced || group.due(now, &self.params) {
                     group.settle(now, &self.params, batch);
                 }
             }
