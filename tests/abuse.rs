@@ -1989,7 +1989,8 @@ async fn a_failed_metrics_push_logs_its_cause() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exemplar_names_only_a_span_whose_ids_are_valid() {
     let server = common::start(
-        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\nadmin:\n  endpoint: 127.0.0.1:0\n\
+        "receivers:\n  otlp:\n    grpc: { endpoint: 127.0.0.1:0 }\n    http: { endpoint: 127.0.0.1:0 }\n\
+         admin:\n  endpoint: 127.0.0.1:0\n  ui: { trace_url: 'http://tempo.test/trace/{trace_id}' }\n\
          interfaces:\n  - name: items\n    protocol: http\n    url: http://api.test\n    endpoints: [{ path: /items/1, methods: [GET] }]\n",
     )
     .await;
@@ -2049,6 +2050,30 @@ async fn an_exemplar_names_only_a_span_whose_ids_are_valid() {
             assert!(exemplars[0].contains(&want), "{}", exemplars[0]);
         } else {
             assert!(exemplars.is_empty(), "{client}: {lines:?}");
+        }
+    }
+    // The console's alerts link only the valid span's trace.
+    let status: serde_json::Value = reqwest::get(format!("http://{}/api/v1/status", bound.admin))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).expect("JSON"))
+        .expect("a body");
+    let alerts = status["alerts"].as_array().expect("alerts");
+    assert_eq!(alerts.len(), cases.len(), "an alert each: {alerts:?}");
+    for alert in alerts {
+        let link = alert["trace_url"].as_str();
+        match alert["client"].as_str() {
+            Some("valid") => assert_eq!(
+                link,
+                Some(format!("http://tempo.test/trace/{}", "07".repeat(16)).as_str())
+            ),
+            Some("trace-15") | Some("trace-17") | Some("trace-none") | Some("trace-zero") => {
+                assert_eq!(link, None, "{alert}")
+            }
+            // A valid trace with a span id of the wrong length: the alert names its trace.
+            _ => {}
         }
     }
 }

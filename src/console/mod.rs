@@ -207,7 +207,8 @@ pub fn alerts(pipeline: &Pipeline, now: Nanos, trace_url: Option<&str>) -> Value
         .firing(now)
         .iter()
         .map(|a| {
-            let trace = a.trace_id_hex();
+            // An all-zero trace id is none (a span whose ids were not valid): no link.
+            let trace = (a.trace_id != [0; 16]).then(|| a.trace_id_hex());
             json!({
                 "alertname": a.key.alertname,
                 "severity": a.severity.as_str(),
@@ -216,8 +217,10 @@ pub fn alerts(pipeline: &Pipeline, now: Nanos, trace_url: Option<&str>) -> Value
                 "violation": a.violation.as_str(),
                 "operation": &*a.operation,
                 "summary": a.summary(),
+                "trace_url": trace
+                    .as_deref()
+                    .and_then(|trace| trace_url.map(|t| t.replace("{trace_id}", trace))),
                 "trace_id": trace,
-                "trace_url": trace_url.map(|t| t.replace("{trace_id}", &trace)),
                 "starts_at": a.starts_at / crate::clock::SECOND,
             })
         })
