@@ -83,6 +83,19 @@ pub(super) enum Memory {
     Recent,
 }
 
+impl Memory {
+    /// How long a counted call is kept: remembered when its other side is expected
+    /// (`awaited`), else for the reorder window when a part of its own may still come late
+    /// (`may_grow`: it has a client protocol span), else not at all.
+    pub(super) fn of(awaited: bool, may_grow: bool) -> Option<Memory> {
+        match (awaited, may_grow) {
+            (true, _) => Some(Memory::Remembered),
+            (false, true) => Some(Memory::Recent),
+            (false, false) => None,
+        }
+    }
+}
+
 /// What a request's spans say of their calls.
 #[derive(Default)]
 pub(super) struct Joins<'a> {
@@ -1057,11 +1070,7 @@ impl Pipeline {
                 }
             }
         }
-        match (remember, may_grow) {
-            (true, _) => Some(Memory::Remembered),
-            (false, true) => Some(Memory::Recent),
-            (false, false) => None,
-        }
+        Memory::of(remember, may_grow)
     }
 
     /// Counts the held calls whose wait is over at `now` (all of them when `all`).

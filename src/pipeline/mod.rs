@@ -528,13 +528,8 @@ impl Pipeline {
         // exports can come out of order).
         let awaits_server =
             interfaces.any_observed() && interfaces.client_from(p.interface).is_some();
-        let memory = if awaits_server || attempt.origin.is_none() {
-            Some(Memory::Remembered)
-        } else if attempt.family != extract::Family::Http {
-            Some(Memory::Recent)
-        } else {
-            None
-        };
+        let awaited = awaits_server || attempt.origin.is_none();
+        let memory = Memory::of(awaited, attempt.family != extract::Family::Http);
         // Spans tagged upstream are forwarded as they came.
         let tag = slot
             .filter(|_| !attempt.tagged && !awaits_server)
