@@ -772,6 +772,71 @@ async fn a_span_that_comes_after_the_rest_of_its_call_was_counted_joins_that_cal
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_calls_whose_parts_come_late_keeps_them_within_max_held_mib() {
+    // 40 requests of 20 tools/call spans, each with 16 KiB of arguments (12.8 MiB in all), on
+    // a server nobody observes: each call is kept for a late transport request of its own,
+    // within a mebibyte.
+    let config = CONFIG.replace(
+        "probe_window: 3s",
+        "probe_window: 3s\n  reorder_window: 120s\n  max_held_mib: 1",
+    );
+    let server = start(&config).await;
+    let bound = &server.bound;
+    let origin = "http://tools.test:8080/mcp";
+    let arguments = "x".repeat(16 << 10);
+    let call = |n: u32| {
+        part(
+            n,
+            (1, 0),
+            (0, 40),
+            vec![
+                s("mcp.method.name", "tools/call"),
+                s("gen_ai.tool.name", "lookup"),
+                s("url.full", origin),
+                s("gen_ai.tool.call.arguments", &arguments),
+            ],
+        )
+    };
+    let post = |n: u32| {
+        part(
+            n,
+            (2, 1),
+            (5, 35),
+            vec![
+                s("http.request.method", "POST"),
+                s("url.full", origin),
+                i("http.response.status_code", 200),
+            ],
+        )
+    };
+    let client = |spans: Vec<Span>| -> Vec<(String, Span)> {
+        spans
+            .into_iter()
+            .map(|s| ("flooder".to_owned(), s))
+            .collect()
+    };
+    for request in 0..40u32 {
+        let calls = (request * 20..request * 20 + 20).map(call).collect();
+        send(bound, export_many(&client(calls))).await;
+    }
+    // The last request's calls are still kept: their transport requests join them.
+    send(bound, export_many(&client((780..800).map(post).collect()))).await;
+    let text = scrape(bound).await;
+    let held = value(&text, "refusal_gate_held_bytes", &[]);
+    eprintln!("a flood of 12.8 MiB of calls kept for a late part: {held} bytes held");
+    assert!(
+        held > 0.0 && held <= f64::from(1 << 20),
+        "held {held} bytes of a 12.8 MiB flood"
+    );
+    assert_eq!(
+        attempts_of(&text, "flooder"),
+        800.0,
+        "each late request joined its call: {:?}",
+        counted(&text, "flooder")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_span_whose_parent_never_comes_is_judged_with_the_attempts_after_it() {
     // A window short enough to wait out; a path the interface does not declare.
     let server = start(

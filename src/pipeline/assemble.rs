@@ -156,12 +156,8 @@ impl<'a> Joins<'a> {
 
     /// Adds an attempt counted at once, whole, that a late part of its own may still join.
     /// `batch` gives a batch to add them to, on the first.
-    pub fn keep_recent(
-        &mut self,
-        (key, at, obs): (SpanKey, At, Observation),
-        batch: impl FnOnce() -> Batch,
-    ) {
-        self.recent.get_or_insert_with(batch).root(key, at, &obs);
+    pub fn keep_recent(&mut self, key: SpanKey, at: At, batch: impl FnOnce() -> Batch) {
+        self.recent.get_or_insert_with(batch).root(key, at);
     }
 
     /// Adds a span that is not a node: a root attempt (`Some`) or any other span.
@@ -572,8 +568,14 @@ impl Pipeline {
             let Some(p) = parent.filter(|p| !known.contains(p)) else {
                 continue;
             };
-            let read = |body: &[u8], at: At| read_again(body, at, self.max_attributes);
-            if let Some(call) = calls.take_member(&p, read) {
+            // A span of the request that is no attempt is in no call counted before it.
+            let call = if seen_at.get(&p) == Some(&None) {
+                calls.take_held_member(&p)
+            } else {
+                let read = |body: &[u8], at: At| read_again(body, at, self.max_attributes);
+                calls.take_member(&p, read, |facts| self.recount(interfaces, facts))
+            };
+            if let Some(call) = call {
                 frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
                 known.extend(call.members.iter().map(|m| m.key));
                 taken.push(call);
@@ -711,6 +713,19 @@ impl Pipeline {
                 tags.write(slot, |_| {});
             }
         }
+    }
+
+    /// What an attempt counted at once (a root) was given to the tracker as, made again from
+    /// it as it was made then (its metric labels aside: taking back does not look at them).
+    fn observation_again(&self, interfaces: &Interfaces, a: &Attempt<'_>) -> Observation {
+        let ids = self.client_ids(a.client);
+        let p = self.place(interfaces, a, ids.id);
+        place::observation(&p, a, 0)
+    }
+
+    /// [`Pipeline::observation_again`] of a root kept for a late part, from its facts.
+    fn recount(&self, interfaces: &Interfaces, facts: &Owned) -> Observation {
+        self.observation_again(interfaces, &facts.attempt())
     }
 
     /// The first `spans` spans of the request whose keys are `wanted`, read again: each key,
@@ -980,10 +995,7 @@ impl Pipeline {
                     }
                 }
                 From::Root(_) => {
-                    let a = &work.members[i].attempt;
-                    let ids = self.client_ids(a.client);
-                    let p = self.place(interfaces, a, ids.id);
-                    retract(&place::observation(&p, a, 0));
+                    retract(&self.observation_again(interfaces, &work.members[i].attempt));
                     // Counted by its request as an attempt of its own: now part of a call.
                     *counting.attempts = counting.attempts.saturating_sub(1);
                 }

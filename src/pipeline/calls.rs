@@ -305,16 +305,25 @@ impl Calls {
     }
 
     /// The call holding the span `key`, taken out: a held or remembered one, else one
-    /// counted recently, its spans' facts read again from their request by `read`.
+    /// counted recently, its spans' facts read again from their request by `read` (and a
+    /// root's attempt made again from them by `recount`).
     pub fn take_member(
         &mut self,
         key: &SpanKey,
         read: impl Fn(&[u8], At) -> Option<Owned>,
+        recount: impl Fn(&Owned) -> Observation,
     ) -> Option<Call> {
         match self.members.get(key) {
             Some(&id) => self.take(id),
-            None => self.recent.take(key, read),
+            None => self.recent.take(key, read, recount),
         }
+    }
+
+    /// The held or remembered call holding the span `key`, taken out (not one counted
+    /// recently: [`Calls::take_member`]).
+    pub fn take_held_member(&mut self, key: &SpanKey) -> Option<Call> {
+        let id = *self.members.get(key)?;
+        self.take(id)
     }
 
     /// The held call waiting for the span `key`, taken out.

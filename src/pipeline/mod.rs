@@ -549,7 +549,7 @@ impl Pipeline {
                 joins.remember.push((key(), facts, obs));
             }
             Some(Memory::Recent) => {
-                joins.keep_recent((key(), at, obs), || self.calls().recent_batch());
+                joins.keep_recent(key(), at, || self.calls().recent_batch());
             }
             None => {}
         }

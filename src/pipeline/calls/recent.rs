@@ -10,9 +10,10 @@
 //! one and almost none is ever joined: the request's bytes, held once ([`Recent::keep`]: a
 //! receiver's [`Bytes`] by reference, other bodies copied), and for each call where its spans
 //! stand in them (its spans from earlier requests kept whole) and what it was counted as. A
-//! call's spans are read again only when a late span joins it ([`Recent::take`]). Calls are found by their
-//! spans in a table of fixed size (a span's place is its key's hash; a newer call's span may
-//! take an older one's place, which is then forgotten). Kept apart from the held and
+//! call's spans are read again only when a late span joins it ([`Recent::take`]), and a root's
+//! attempt made again from its span. Calls are found by their spans in a table of fixed size
+//! (a span's place is its key's hash; a newer call's span may take an older one's place, which
+//! is then forgotten), filled only when a span is looked for: most requests look for none. Kept apart from the held and
 //! remembered calls, so that a stream of flat spans never pushes out a call still waiting for
 //! its parent; bounded by the same `max_held_spans` and `max_held_mib`, the oldest request
 //! forgotten first; its room is reused by the next (once warm, keeping allocates nothing).
@@ -80,11 +81,12 @@ enum Place {
     Kept(u32),
 }
 
-/// One call of a [`Batch`]: its spans and attempts there, and whether a late span took it.
+/// One call of a [`Batch`]: its spans and attempts there (none for a root, whose attempt is
+/// read again from its span), and whether a late span took it.
 #[derive(Debug, Clone)]
 struct Entry {
     members: Range<u32>,
-    attempts: Range<u32>,
+    attempts: Option<Range<u32>>,
     taken: bool,
 }
 
@@ -121,25 +123,25 @@ impl Batch {
         self.attempts.extend_from_slice(attempts);
         self.entries.push(Entry {
             members: m..self.members.len() as u32,
-            attempts: a..self.attempts.len() as u32,
+            attempts: Some(a..self.attempts.len() as u32),
             taken: false,
         });
     }
 
-    /// Adds a call of one span that names no parent (a root counted at once), as
-    /// [`Batch::call`] does.
-    pub fn root(&mut self, key: SpanKey, at: At, attempt: &Observation) {
-        let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
+    /// Adds a call of one span that names no parent (a root counted at once). What it was
+    /// counted as is not kept: almost no root is ever joined, and the one that is has its
+    /// attempt made again from its span ([`Recent::take`]), as it was made the first time.
+    pub fn root(&mut self, key: SpanKey, at: At) {
+        let m = self.members.len() as u32;
         self.members.push(Place::Here(Member {
             key,
             parent: None,
             at,
             skipped: false,
         }));
-        self.attempts.push(*attempt);
         self.entries.push(Entry {
             members: m..m + 1,
-            attempts: a..a + 1,
+            attempts: None,
             taken: false,
         });
     }
@@ -218,11 +220,16 @@ const SPARE: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct Recent {
     /// Each kept span's place, at its key's hash; sized to `max_held_spans` (rounded up to a
-    /// power of two) on first use.
+    /// power of two) on first use. Filled when a span is looked for, not when it is kept:
+    /// almost every kept call is forgotten unlooked-for, and most requests look for none.
     table: Vec<Slot>,
+    /// The places the table is to have.
+    places: usize,
     bodies: VecDeque<Body>,
     /// The number of `bodies`' first (numbers start at 1).
     base: u64,
+    /// The number of the first request whose spans are not in the table yet.
+    indexed: u64,
     spans: usize,
     bytes: usize,
     spare: Vec<Body>,
@@ -277,11 +284,11 @@ impl Recent {
             }
             return;
         }
-        if self.table.is_empty() {
-            let len = max_spans.next_power_of_two().clamp(2, MAX_PLACES);
-            self.table = vec![Slot::default(); len];
+        if self.base == 0 {
             self.base = 1;
+            self.indexed = 1;
         }
+        self.places = max_spans.next_power_of_two().clamp(2, MAX_PLACES);
         let mut kept = self.spare.pop().unwrap_or_default();
         kept.since = now;
         // Held where it is when it is held in `Bytes` (a receiver's), else copied.
@@ -293,21 +300,6 @@ impl Recent {
         };
         kept.batch = batch;
         kept.cost = body.len() + kept.batch.bytes();
-        let number = self.base + self.bodies.len() as u64;
-        for (e, entry) in kept.batch.entries.iter().enumerate() {
-            if entry.taken {
-                continue;
-            }
-            for m in &kept.batch.members[entry.members.start as usize..entry.members.end as usize] {
-                let key = kept.batch.key(m);
-                let at = place_of(&key, self.table.len());
-                self.table[at] = Slot {
-                    key,
-                    body: number as u32,
-                    entry: e as u32,
-                };
-            }
-        }
         self.spans += kept.batch.members.len();
         self.bytes += kept.cost;
         self.bodies.push_back(kept);
@@ -318,16 +310,48 @@ impl Recent {
         }
     }
 
+    /// Puts the spans of the requests kept since the last look in the table, oldest first (a
+    /// newer span takes an older one's place).
+    fn index(&mut self) {
+        if self.table.len() != self.places {
+            self.table = vec![Slot::default(); self.places];
+            self.indexed = self.base;
+        }
+        let from = self.indexed.max(self.base);
+        let to = self.base + self.bodies.len() as u64;
+        for number in from..to {
+            let batch = &self.bodies[(number - self.base) as usize].batch;
+            for (e, entry) in batch.entries.iter().enumerate() {
+                if entry.taken {
+                    continue;
+                }
+                for m in &batch.members[entry.members.start as usize..entry.members.end as usize] {
+                    let key = batch.key(m);
+                    let at = place_of(&key, self.table.len());
+                    self.table[at] = Slot {
+                        key,
+                        body: number as u32,
+                        entry: e as u32,
+                    };
+                }
+            }
+        }
+        self.indexed = to;
+    }
+
     /// The call holding the span `key`, taken out: its spans read again from their request
-    /// by `read` (their facts, or `None` when they no longer read as attempts).
+    /// by `read` (their facts, or `None` when they no longer read as attempts), and the
+    /// attempt of a root made again from its facts by `recount`.
     pub fn take(
         &mut self,
         key: &SpanKey,
         read: impl Fn(&[u8], At) -> Option<Owned>,
+        recount: impl Fn(&Owned) -> Observation,
     ) -> Option<Call> {
-        if self.table.is_empty() {
+        if self.bodies.is_empty() {
             return None;
         }
+        self.index();
         let slot = self.table[place_of(key, self.table.len())];
         if slot.body == 0 || slot.key != *key {
             return None;
@@ -359,7 +383,10 @@ impl Recent {
         if let Some(entry) = batch.entries.get_mut(slot.entry as usize) {
             entry.taken = true;
         }
-        let attempts = batch.attempts[attempts.start as usize..attempts.end as usize].to_vec();
+        let attempts = match attempts {
+            Some(a) => batch.attempts[a.start as usize..a.end as usize].to_vec(),
+            None => kept.iter().map(|k| recount(&k.facts)).collect(),
+        };
         Some(Call {
             members: kept,
             state: State::Counted { attempts },

@@ -83,7 +83,9 @@ fn a_kept_call_is_found_by_its_spans_and_by_the_parent_it_waits_for() {
     assert_eq!(ids(&taken), [2]);
     assert!(!calls.holds(&span(2)) && !calls.any_awaiting());
     assert_eq!(
-        calls.take_member(&span(7), |_, _| None).map(|c| ids(&c)),
+        calls
+            .take_member(&span(7), |_, _| None, recount)
+            .map(|c| ids(&c)),
         Some(vec![7])
     );
     assert!(calls.is_empty());
@@ -95,7 +97,9 @@ fn siblings_waiting_for_the_same_parent_are_kept_as_one() {
     let mut calls = Calls::new(5, 100, BIG);
     calls.keep(held(2, 1, 3));
     calls.keep(held(3, 1, 1));
-    let both = calls.take_member(&span(2), |_, _| None).expect("kept");
+    let both = calls
+        .take_member(&span(2), |_, _| None, recount)
+        .expect("kept");
     assert_eq!(ids(&both), [2, 3]);
     assert_eq!(both.since, 1, "the earlier arrival");
     assert!(calls.is_empty());
@@ -319,6 +323,11 @@ fn read_back(body: &[u8], at: At) -> Option<Owned> {
     Some(fact(span[0]))
 }
 
+/// A root's attempt made again from its facts: [`observed`] of its span's number.
+fn recount(facts: &Owned) -> Observation {
+    observed(u64::from(facts.attempt().span_id[0]))
+}
+
 /// A request whose byte `i` is `i`: each span reads back as itself.
 fn request() -> Vec<u8> {
     (0..=255).collect()
@@ -328,7 +337,7 @@ fn request() -> Vec<u8> {
 fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again() {
     let mut calls = Calls::new(5, 100, BIG);
     let mut batch = calls.recent_batch();
-    batch.root(span(1), recent_member(1, None).at, &observed(1));
+    batch.root(span(1), recent_member(1, None).at);
     batch.call(
         [
             Ok(recent_member(2, None)),
@@ -339,7 +348,9 @@ fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again(
     );
     calls.keep_recent((&request(), None), batch, 10);
     assert_eq!(calls.recent().0, 4);
-    let call = calls.take_member(&span(4), read_back).expect("kept");
+    let call = calls
+        .take_member(&span(4), read_back, recount)
+        .expect("kept");
     assert_eq!(
         ids(&call),
         vec![2, 3, 4],
@@ -361,14 +372,16 @@ fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again(
         }
     );
     assert!(
-        calls.take_member(&span(2), read_back).is_none(),
+        calls.take_member(&span(2), read_back, recount).is_none(),
         "taken once"
     );
     assert!(
-        calls.take_member(&span(4), read_back).is_none(),
+        calls.take_member(&span(4), read_back, recount).is_none(),
         "never kept"
     );
-    let call = calls.take_member(&span(1), read_back).expect("kept");
+    let call = calls
+        .take_member(&span(1), read_back, recount)
+        .expect("kept");
     assert_eq!(ids(&call), vec![1]);
     assert_eq!(call.members[0].parent, None);
     assert_eq!(
@@ -389,11 +402,11 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     }
     calls.due(15, false);
     assert!(
-        calls.take_member(&span(1), read_back).is_none(),
+        calls.take_member(&span(1), read_back, recount).is_none(),
         "its window over"
     );
     assert!(
-        calls.take_member(&span(2), read_back).is_some(),
+        calls.take_member(&span(2), read_back, recount).is_some(),
         "within it"
     );
     // Two spans at most: a third request's call pushes out the oldest.
@@ -404,10 +417,10 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     }
     assert_eq!(calls.recent().0, 2);
     assert!(
-        calls.take_member(&span(3), read_back).is_none(),
+        calls.take_member(&span(3), read_back, recount).is_none(),
         "pushed out"
     );
-    assert!(calls.take_member(&span(5), read_back).is_some());
+    assert!(calls.take_member(&span(5), read_back, recount).is_some());
     // Bytes: the request's own count.
     let mut calls = Calls::new(5, 100, 700);
     for id in [6, 7] {
@@ -416,10 +429,10 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
         calls.keep_recent((&request(), None), batch, 16);
     }
     assert!(
-        calls.take_member(&span(6), read_back).is_none(),
+        calls.take_member(&span(6), read_back, recount).is_none(),
         "256 bytes each, and what is kept of the call"
     );
-    assert!(calls.take_member(&span(7), read_back).is_some());
+    assert!(calls.take_member(&span(7), read_back, recount).is_some());
     assert!(calls.recent().1 >= 256);
 }
 
@@ -432,16 +445,16 @@ fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     batch.drop_joined(|k| *k == span(1));
     calls.keep_recent((&request(), None), batch, 10);
     assert!(
-        calls.take_member(&span(1), read_back).is_none(),
+        calls.take_member(&span(1), read_back, recount).is_none(),
         "joined since"
     );
     let mut batch = calls.recent_batch();
     batch.call([Ok(recent_member(3, None))], &[observed(3)]);
     calls.keep_recent((&request(), None), batch, 11);
-    assert!(calls.take_member(&span(3), read_back).is_some());
+    assert!(calls.take_member(&span(3), read_back, recount).is_some());
     calls.recent_settled();
     assert_eq!(calls.recent(), (0, 0));
-    assert!(calls.take_member(&span(2), read_back).is_none());
+    assert!(calls.take_member(&span(2), read_back, recount).is_none());
     assert!(
         calls.was_counted(&span(2)),
         "kept but not taken: its ids stay"
@@ -455,7 +468,7 @@ fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     let mut batch = calls.recent_batch();
     batch.call([Ok(recent_member(4, None))], &[observed(4)]);
     calls.keep_recent((&request(), None), batch, 10);
-    assert!(calls.take_member(&span(4), read_back).is_none());
+    assert!(calls.take_member(&span(4), read_back, recount).is_none());
 }
 
 #[test]
