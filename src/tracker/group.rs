@@ -6,12 +6,14 @@
 //! attempts the group holds, not of their arrival order: every attempt stays *pending* until
 //! it settles, and a late attempt re-judges the pending ones it can affect (those that start
 //! after it ends). Settled verdicts never change, so the counters built from them never
-//! go down and count each attempt once.
+//! go down and count each attempt once. The packed attempt is [`super::entry`]; the rules
+//! that judge it, [`super::rules`].
 
+use super::entry::{kept_end, Entry, Tail, Verdict, ASKED, FOLLOWED, JUDGED, READ, SETTLED};
 use super::keys::KeyMap;
-use super::{Event, Judgement, Nanos, Observation, Params, Retraction, Violation};
-use crate::classify::{self, Class, Kind, Outcome};
-use crate::discovery::Declared;
+use super::rules::{followed, follows, Lists};
+use super::{Event, Judgement, Nanos, Observation, Params, Retraction};
+use crate::classify::{self, Class};
 use crate::extract::Discovery;
 use std::sync::Arc;
 
@@ -22,344 +24,6 @@ pub const OPERATION_MAX: usize = 64;
 /// Pending attempts a key holds beyond its settled history before the oldest settle early:
 /// what bounds memory when one key is flooded within a reorder window.
 const MAX_PENDING_PER_KEY: usize = 32;
-
-/// One attempt in a key's history: 40 bytes (a test keeps it so; it is most of a key's
-/// memory). Its length, and so its end, is kept to one part in 2^18 ([`Length`]); its
-/// outcome, kind, violation and flags share two bytes ([`Bits`]); its number in its row of
-/// failures saturates at 255 (`tracker.max_retries` is at most 64, so every retry budget is
-/// judged exactly). The state file keeps every field apart, as before ([`EntryState`]).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-#[serde(from = "EntryState", into = "EntryState")]
-struct Entry {
-    start: Nanos,
-    trace_id: [u8; 16],
-    span_id: [u8; 8],
-    length: Length,
-    attempt: u8,
-    bits: Bits,
-    /// The server's delay (`Retry-After`).
-    delay: Delay,
-}
-
-/// A verdict: the kind, the violation, the number in the row of failures.
-type Verdict = (Kind, Option<Violation>, u8);
-
-/// An [`Entry`] as the state file holds it: the layout of the versions before entries were
-/// packed, so that a state file written by any of them loads, and they load this one's.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct EntryState {
-    start: Nanos,
-    end: Nanos,
-    trace_id: [u8; 16],
-    span_id: [u8; 8],
-    outcome: Outcome,
-    kind: Kind,
-    violation: Option<Violation>,
-    flags: u8,
-    attempt: u16,
-    /// The server's delay (`Retry-After`); written by versions that read it.
-    #[serde(default)]
-    delay: Delay,
-}
-
-impl From<EntryState> for Entry {
-    fn from(e: EntryState) -> Entry {
-        Entry {
-            start: e.start,
-            trace_id: e.trace_id,
-            span_id: e.span_id,
-            length: Length::of(e.end.saturating_sub(e.start)),
-            attempt: u8::try_from(e.attempt).unwrap_or(u8::MAX),
-            bits: Bits::new(e.outcome, e.kind, e.violation, e.flags),
-            delay: e.delay,
-        }
-    }
-}
-
-impl From<Entry> for EntryState {
-    fn from(e: Entry) -> EntryState {
-        EntryState {
-            start: e.start,
-            end: e.end(),
-            trace_id: e.trace_id,
-            span_id: e.span_id,
-            outcome: e.outcome(),
-            kind: e.kind(),
-            violation: e.violation(),
-            flags: e.bits.flags(),
-            attempt: u16::from(e.attempt),
-            delay: e.delay,
-        }
-    }
-}
-
-/// How long an attempt took, in three bytes: nanoseconds as a 19-bit mantissa and a 5-bit
-/// exponent (`m << e` ns). Exact to 524,287 ns, then rounded down by less than one part in
-/// 2^18 (under 4 µs a second); at most about 13 days (a longer one is kept as that). The
-/// tracker judges an attempt by its end as kept ([`kept_end`]), wherever it compares it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Length([u8; 3]);
-
-impl Length {
-    const MANTISSA_BITS: u32 = 19;
-    const MANTISSA: u64 = (1 << Length::MANTISSA_BITS) - 1;
-    const MAX_EXPONENT: u64 = 31;
-
-    /// `nanos` kept as described above.
-    #[inline]
-    pub(super) fn of(nanos: Nanos) -> Length {
-        let exponent =
-            u64::from((u64::BITS - nanos.leading_zeros()).saturating_sub(Length::MANTISSA_BITS));
-        let packed = if exponent > Length::MAX_EXPONENT {
-            Length::MAX_EXPONENT << Length::MANTISSA_BITS | Length::MANTISSA
-        } else {
-            exponent << Length::MANTISSA_BITS | nanos >> exponent
-        };
-        let [a, b, c, ..] = packed.to_le_bytes();
-        Length([a, b, c])
-    }
-
-    /// The end of an attempt of this length that started at `start`.
-    #[inline]
-    fn after(self, start: Nanos) -> Nanos {
-        start.saturating_add(self.nanos())
-    }
-
-    /// The length in nanoseconds.
-    #[inline]
-    pub(super) fn nanos(self) -> Nanos {
-        let [a, b, c] = self.0;
-        let packed = u64::from_le_bytes([a, b, c, 0, 0, 0, 0, 0]);
-        (packed & Length::MANTISSA) << (packed >> Length::MANTISSA_BITS)
-    }
-}
-
-/// The end of an attempt from `start` to `end` as the tracker keeps it (see [`Length`]).
-#[inline]
-pub(super) fn kept_end(start: Nanos, end: Nanos) -> Nanos {
-    Length::of(end.saturating_sub(start)).after(start)
-}
-
-/// An entry's outcome, kind, violation and flags in two bytes: the flags in bits 0–5, the
-/// outcome in 6–8, the kind in 9–11 and the violation (0 for none, else 1 + its place in
-/// [`Violation::ALL`]) in 12–14.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bits(u16);
-
-impl Bits {
-    const FLAGS: u16 = 0x3f;
-    const OUTCOME: u32 = 6;
-    const KIND: u32 = 9;
-    const VIOLATION: u32 = 12;
-
-    fn new(outcome: Outcome, kind: Kind, violation: Option<Violation>, flags: u8) -> Bits {
-        let violation = violation.map_or(0, |v| v as u16 + 1);
-        Bits(
-            u16::from(flags) & Bits::FLAGS
-                | (outcome as u16) << Bits::OUTCOME
-                | (kind as u16) << Bits::KIND
-                | violation << Bits::VIOLATION,
-        )
-    }
-
-    fn flags(self) -> u8 {
-        (self.0 & Bits::FLAGS) as u8
-    }
-
-    fn outcome(self) -> Outcome {
-        Outcome::ALL[usize::from(self.0 >> Bits::OUTCOME & 7)]
-    }
-
-    fn kind(self) -> Kind {
-        Kind::ALL[usize::from(self.0 >> Bits::KIND & 7)]
-    }
-
-    fn violation(self) -> Option<Violation> {
-        match usize::from(self.0 >> Bits::VIOLATION & 7) {
-            0 => None,
-            v => Some(Violation::ALL[v - 1]),
-        }
-    }
-}
-
-/// The server's delay of an attempt in two bytes: milliseconds as a 12-bit mantissa and a
-/// 4-bit exponent (`m << e` ms). Exact to 4.095 s, then rounded down by less than 1 part in
-/// 2,048; at most about 37 hours (a longer delay is kept as that). Rounding down errs on the
-/// client's side: a retry is never judged too early for a delay the server did not ask for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub(super) struct Delay(u16);
-
-impl Delay {
-    const MANTISSA: u64 = 0xfff;
-    const MAX_EXPONENT: u32 = 15;
-
-    /// `nanos` (none: no delay) kept to the millisecond, as described above.
-    #[inline]
-    pub(super) fn of(nanos: Option<Nanos>) -> Delay {
-        let Some(nanos) = nanos else {
-            return Delay(0);
-        };
-        let ms = nanos / 1_000_000;
-        let exponent = (u64::BITS - ms.leading_zeros()).saturating_sub(12);
-        if exponent > Delay::MAX_EXPONENT {
-            return Delay((Delay::MAX_EXPONENT << 12) as u16 | Delay::MANTISSA as u16);
-        }
-        Delay((exponent << 12) as u16 | (ms >> exponent) as u16)
-    }
-
-    /// The delay in nanoseconds; 0 for none.
-    pub(super) fn nanos(self) -> Nanos {
-        let mantissa = u64::from(self.0) & Delay::MANTISSA;
-        (mantissa << (self.0 >> 12)) * 1_000_000
-    }
-}
-
-/// The path is declared `no`.
-const DECLARED_NO: u8 = 1;
-/// It read the interface's discovery document.
-const READ: u8 = 2;
-/// Its verdict is final and counted.
-const SETTLED: u8 = 4;
-/// As a refusal, it has been judged honored or not.
-const JUDGED: u8 = 8;
-/// It asked for the interface's discovery document (read it or not): never a probe.
-const ASKED: u8 = 16;
-/// As a refusal of no length, an attempt that started the instant it ended — ordered before
-/// it, so no longer in the history — follows it: it is not honored (see [`followed`]).
-const FOLLOWED: u8 = 32;
-
-impl Entry {
-    fn has(&self, flag: u8) -> bool {
-        self.bits.flags() & flag != 0
-    }
-
-    fn set(&mut self, flag: u8) {
-        self.bits.0 |= u16::from(flag);
-    }
-
-    /// Its end as kept ([`kept_end`]).
-    #[inline]
-    fn end(&self) -> Nanos {
-        self.length.after(self.start)
-    }
-
-    fn outcome(&self) -> Outcome {
-        self.bits.outcome()
-    }
-
-    fn kind(&self) -> Kind {
-        self.bits.kind()
-    }
-
-    fn violation(&self) -> Option<Violation> {
-        self.bits.violation()
-    }
-
-    /// Records its verdict.
-    fn judged(&mut self, (kind, violation, attempt): Verdict) {
-        self.bits = Bits::new(self.outcome(), kind, violation, self.bits.flags());
-        self.attempt = attempt;
-    }
-
-    fn order(&self) -> (Nanos, Nanos, [u8; 8]) {
-        (self.start, self.end(), self.span_id)
-    }
-
-    fn declared(&self) -> Declared {
-        if self.has(DECLARED_NO) {
-            Declared::No
-        } else {
-            Declared::Unknown
-        }
-    }
-}
-
-/// What judging an attempt that arrives after all of its key's attempts needs of their
-/// history, kept in the key itself: the in-order path (nearly every attempt) then reads no
-/// entry of the history, whose latest one is rarely still in the cache. Packed (18 bytes,
-/// its end kept as the entry keeps it): with the key's own small fields in the 6 bytes an
-/// aligned tail would pad, a key takes 72 bytes, not 80 (a test keeps it so).
-#[derive(Debug, Clone, Copy)]
-#[repr(Rust, packed)]
-struct Tail {
-    /// The history is not empty, and each attempt in it ended no later than the next one
-    /// did: so every one ended by the time an attempt that starts after the last ended.
-    ordered: bool,
-    /// The latest attempt's times, kind, number in its row of failures and server's delay.
-    start: Nanos,
-    length: Length,
-    kind: Kind,
-    attempt: u8,
-    delay: Delay,
-    /// How many of the latest attempts in a row failed transient or throttled (saturating).
-    retryable_run: u16,
-}
-
-impl Tail {
-    /// The tail of an empty history: nothing goes after it in order.
-    const EMPTY: Tail = Tail {
-        ordered: false,
-        start: 0,
-        length: Length([0; 3]),
-        kind: Kind::Ok,
-        attempt: 0,
-        delay: Delay(0),
-        retryable_run: 0,
-    };
-
-    /// The tail of `history`.
-    fn of(history: &[Entry]) -> Tail {
-        let Some(last) = history.last() else {
-            return Tail::EMPTY;
-        };
-        let run = history
-            .iter()
-            .rev()
-            .take_while(|e| e.kind().class().is_retryable_failure())
-            .count();
-        Tail {
-            ordered: history.windows(2).all(|w| w[0].end() <= w[1].end()),
-            start: last.start,
-            length: last.length,
-            kind: last.kind(),
-            attempt: last.attempt,
-            delay: last.delay,
-            retryable_run: u16::try_from(run).unwrap_or(u16::MAX),
-        }
-    }
-
-    /// Whether `a` goes after every attempt of the history, each of which ended by the
-    /// time it started: then its predecessor is the latest attempt and nothing after it
-    /// needs judging again.
-    /// (A saturated run of failures is left to the history to count.)
-    fn precedes(&self, a: &Entry) -> bool {
-        let end = self.end();
-        self.ordered
-            && self.retryable_run < u16::MAX
-            && end <= a.start
-            && (self.start, end) < (a.start, a.end())
-    }
-
-    /// The latest attempt's end, as its entry keeps it.
-    #[inline]
-    fn end(&self) -> Nanos {
-        self.length.after(self.start)
-    }
-
-    /// The tail once `a` (judged) is appended after it.
-    fn push(&mut self, a: &Entry) {
-        self.retryable_run = if a.kind().class().is_retryable_failure() {
-            self.retryable_run.saturating_add(1)
-        } else {
-            0
-        };
-        self.start = a.start;
-        self.length = a.length;
-        self.kind = a.kind();
-        self.attempt = a.attempt;
-        self.delay = a.delay;
-    }
-}
 
 /// One (client instance, interface, operation) key.
 #[derive(Debug)]
@@ -401,16 +65,6 @@ impl Key {
     }
 }
 
-/// The discovery reads and refusals of a group.
-#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-struct Lists {
-    /// The earliest discovery read's end: "had read before A" is `first_read <= A.start`,
-    /// which is all the decision table and the violations ask of reads.
-    first_read: Option<Nanos>,
-    /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
-    refusals: Vec<Nanos>,
-}
-
 /// One client instance's view of one interface.
 #[derive(Debug)]
 pub(super) struct Group {
@@ -422,17 +76,41 @@ pub(super) struct Group {
     /// borrowed mutably while they are read.
     lists: Lists,
     pub(super) keys: KeyMap<Key>,
-    /// Attempts not yet settled, the clock when the first of them arrived, and the latest
-    /// start among them (a late attempt that ends after it cannot affect them).
-    pending: u32,
-    first_pending_at: Nanos,
-    latest_pending_start: Nanos,
+    /// Its attempts not yet settled; apart from `keys` as `lists` is.
+    pending: Pending,
     /// No key was last seen before this (a lower bound, lowered as keys come and raised by
     /// each look for idle ones): the sweep reads the keys only once it is `key_ttl` old.
     oldest_seen: Nanos,
     /// Some key may hold a settled refusal not yet judged ([`Key::unjudged`]): the sweep
     /// reads the keys only then.
     unjudged: bool,
+}
+
+/// A group's attempts not yet settled.
+#[derive(Debug, Default)]
+struct Pending {
+    /// How many.
+    count: u32,
+    /// The clock when the first of them arrived.
+    first_at: Nanos,
+    /// The latest start among them (a late attempt that ends after it cannot affect them).
+    latest_start: Nanos,
+}
+
+impl Pending {
+    /// Counts an attempt that starts at `start` pending; `reaching` is the end of a read or
+    /// a refusal. Whether it may change the verdicts of the group's other pending attempts:
+    /// a read or a refusal that arrived late, ending no later than one of them started.
+    fn note(&mut self, now: Nanos, start: Nanos, reaching: Option<Nanos>) -> bool {
+        if self.count == 0 {
+            self.first_at = now;
+            self.latest_start = start;
+        }
+        self.count += 1;
+        let affected = reaching.is_some_and(|end| self.count > 1 && end <= self.latest_start);
+        self.latest_start = self.latest_start.max(start);
+        affected
+    }
 }
 
 /// One group as the state file holds it (see [`super::Tracker::export`]).
@@ -519,9 +197,7 @@ impl Group {
             labels,
             lists: Lists::default(),
             keys: KeyMap::default(),
-            pending: 0,
-            first_pending_at: 0,
-            latest_pending_start: 0,
+            pending: Pending::default(),
             oldest_seen: Nanos::MAX,
             unjudged: false,
         }
@@ -588,7 +264,7 @@ impl Group {
     }
 
     pub(super) fn has_pending(&self) -> bool {
-        self.pending > 0
+        self.pending.count > 0
     }
 
     /// Adds one attempt; returns its verdict as now known (`Some(None)` for a span already
@@ -609,27 +285,7 @@ impl Group {
             self.settle(now, p, out);
         }
         let read = obs.discovery == Discovery::Read;
-        let entry = Entry {
-            start: obs.start,
-            trace_id: obs.trace_id,
-            span_id: obs.span_id,
-            length: Length::of(obs.end.saturating_sub(obs.start)),
-            attempt: 1,
-            bits: Bits::new(
-                obs.outcome,
-                Kind::Ok,
-                None,
-                match obs.declared {
-                    Declared::No => DECLARED_NO,
-                    _ => 0,
-                } | match obs.discovery {
-                    Discovery::Read => READ | ASKED,
-                    Discovery::Asked => ASKED,
-                    Discovery::None => 0,
-                },
-            ),
-            delay: Delay::of(obs.retry_after),
-        };
+        let entry = Entry::of(obs);
         // Where the group compares the attempt's end, it compares the end as kept.
         let end = entry.end();
         let key = self.keys.get_mut(&obs.operation)?;
@@ -650,74 +306,22 @@ impl Group {
         let at = if in_order {
             key.history.len()
         } else {
-            let at = match key.history.last() {
-                None => 0,
-                Some(last) if last.order() < entry.order() => key.history.len(),
-                Some(_) => key.history.partition_point(|e| e.order() < entry.order()),
-            };
-            if key.history.get(at).is_some_and(|e| {
-                e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
-            }) {
-                // The same span sent again (an exporter's retry): already counted.
+            // The same span sent again (an exporter's retry): already counted.
+            let Some(at) = place_of(&key.history, &entry) else {
                 return Some(None);
-            }
+            };
             at
         };
-
-        let len = key.history.len();
-        if len == key.history.capacity() {
-            // Half as much again, never past what a key can hold: its settled depth and
-            // MAX_PENDING_PER_KEY more, the arriving one included. Not doubled: a key of a
-            // large fleet that outgrows its depth by a few pending attempts takes 9 entries,
-            // not 12 (a flooded one reaches its 38 in five steps, and keeps them).
-            let grown = (len + len / 2).min(most_held(p)).max(len + 1);
-            key.history.reserve_exact(grown - len);
-        }
-        let lists = &mut self.lists;
-        if read {
-            lists.first_read = Some(lists.first_read.map_or(end, |f| f.min(end)));
-        }
+        make_room(key, p);
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
-        if refusal {
-            insert_bounded(&mut lists.refusals, end, REFUSALS_KEPT);
-        }
-
-        if self.pending == 0 {
-            self.first_pending_at = now;
-            self.latest_pending_start = obs.start;
-        }
-        self.pending += 1;
-        let others_affected =
-            (read || refusal) && self.pending > 1 && end <= self.latest_pending_start;
-        self.latest_pending_start = self.latest_pending_start.max(obs.start);
-
+        self.lists.note(read, refusal, end, REFUSALS_KEPT);
+        let others_affected = self
+            .pending
+            .note(now, obs.start, (read || refusal).then_some(end));
         let (kind, violation, attempt) = if in_order {
-            let mut entry = entry;
-            let verdict = self.lists.judge_after(&key.tail, &entry, p);
-            entry.judged(verdict);
-            key.tail.push(&entry);
-            key.history.push(entry);
-            debug_assert_eq!(
-                self.lists.judge(&key.history, at, p),
-                verdict,
-                "the in-order path judges as the history does"
-            );
-            verdict
+            append_judged(&self.lists, key, entry, p)
         } else {
-            key.history.insert(at, entry);
-            key.settled_prefix = key.settled_prefix.min(small(at));
-            // A read or a refusal reaches every attempt that started when it ended or later:
-            // of no length, it can stand after some of them in order.
-            let first = if read || refusal {
-                at.min(key.history.partition_point(|e| e.start < end))
-            } else {
-                at
-            };
-            rejudge(&self.lists, key, first, p);
-            key.tail = Tail::of(&key.history);
-            // Re-judging changes verdicts, never positions: the attempt is still at `at`.
-            let e = &key.history[at];
-            (e.kind(), e.violation(), e.attempt)
+            insert_judged(&self.lists, key, (at, entry), read || refusal, p)
         };
         let judgement = Judgement {
             kind,
@@ -726,18 +330,23 @@ impl Group {
             discovery_read: self.lists.read_before(obs.start),
         };
         key.held_most = key.held_most.max(held(&key.history));
-        self.pending -= trim_key(key, self.labels, now, p, None, out);
+        self.pending.count -= trim_key(key, self.labels, now, p, None, out);
         if others_affected {
-            // Only a read or a refusal reaches across keys, and only when it arrived late.
-            for (op, other) in self.keys.iter_mut() {
-                if *op != obs.operation {
-                    let first = other.history.partition_point(|e| e.start < end);
-                    rejudge(&self.lists, other, first, p);
-                    other.tail = Tail::of(&other.history);
-                }
-            }
+            self.rejudge_others(obs.operation, end, p);
         }
         Some(Some(judgement))
+    }
+
+    /// Re-judges the pending attempts of every key but `operation` that started when a read
+    /// or a refusal that arrived late ended (at `end`) or later: only those reach across keys.
+    fn rejudge_others(&mut self, operation: u64, end: Nanos, p: &Params) {
+        for (op, other) in self.keys.iter_mut() {
+            if *op != operation {
+                let first = other.history.partition_point(|e| e.start < end);
+                rejudge(&self.lists, other, first, p);
+                other.tail = Tail::of(&other.history);
+            }
+        }
     }
 
     /// The group's read state at `at` and the latest attempt of `operation`.
@@ -754,7 +363,7 @@ impl Group {
 
     /// Settles every pending attempt: their verdicts become final and are counted.
     pub(super) fn settle(&mut self, now: Nanos, p: &Params, out: &mut Vec<Event>) {
-        if self.pending == 0 {
+        if self.pending.count == 0 {
             return;
         }
         for key in self.keys.values_mut() {
@@ -768,12 +377,12 @@ impl Group {
             trim_key(key, self.labels, now, p, None, out);
             give_back(key, p);
         }
-        self.pending = 0;
+        self.pending.count = 0;
     }
 
     /// Whether the pending attempts have waited `reorder_window` since the first arrived.
     pub(super) fn due(&self, now: Nanos, p: &Params) -> bool {
-        self.pending > 0 && now >= self.first_pending_at.saturating_add(p.reorder_window)
+        self.pending.count > 0 && now >= self.pending.first_at.saturating_add(p.reorder_window)
     }
 
     /// Takes back the attempt `obs` stood for, while it is pending (a span of a call that has
@@ -798,7 +407,7 @@ impl Group {
         let gone = key.history.remove(at);
         key.settled_prefix = key.settled_prefix.min(small(at));
         let emptied = key.history.is_empty();
-        self.pending = self.pending.saturating_sub(1);
+        self.pending.count = self.pending.count.saturating_sub(1);
         let read = gone.has(READ);
         let refusal = classify::is_refusal_signal(gone.outcome(), gone.declared());
         if refusal {
@@ -886,7 +495,7 @@ impl Group {
             if let Some(mut key) = self.keys.remove(op) {
                 for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                     e.set(SETTLED);
-                    self.pending -= 1;
+                    self.pending.count -= 1;
                     out.push(counted(self.labels, &key.operation, e));
                 }
                 judge_key(&mut key, self.labels, now, p, out);
@@ -894,6 +503,71 @@ impl Group {
         }
         doomed.len()
     }
+}
+
+/// Where `entry`, arriving out of order, goes in `history` (sorted by [`Entry::order`]);
+/// `None` when the same span is there already (an exporter's retry).
+fn place_of(history: &[Entry], entry: &Entry) -> Option<usize> {
+    let at = match history.last() {
+        None => 0,
+        Some(last) if last.order() < entry.order() => history.len(),
+        Some(_) => history.partition_point(|e| e.order() < entry.order()),
+    };
+    let same = history.get(at).is_some_and(|e| {
+        e.span_id == entry.span_id && e.trace_id == entry.trace_id && e.start == entry.start
+    });
+    (!same).then_some(at)
+}
+
+/// Room in a full history for one more: half as much again, never past what a key can hold
+/// — its settled depth and `MAX_PENDING_PER_KEY` more, the arriving one included. Not
+/// doubled: a key of a large fleet that outgrows its depth by a few pending attempts takes 9
+/// entries, not 12 (a flooded one reaches its 38 in five steps, and keeps them).
+fn make_room(key: &mut Key, p: &Params) {
+    let len = key.history.len();
+    if len == key.history.capacity() {
+        let grown = (len + len / 2).min(most_held(p)).max(len + 1);
+        key.history.reserve_exact(grown - len);
+    }
+}
+
+/// Appends `entry`, which its key's tail [`Tail::precedes`], judged from the tail alone.
+fn append_judged(lists: &Lists, key: &mut Key, mut entry: Entry, p: &Params) -> Verdict {
+    let verdict = lists.judge_after(&key.tail, &entry, p);
+    entry.judged(verdict);
+    key.tail.push(&entry);
+    key.history.push(entry);
+    debug_assert_eq!(
+        lists.judge(&key.history, key.history.len() - 1, p),
+        verdict,
+        "the in-order path judges as the history does"
+    );
+    verdict
+}
+
+/// Inserts `entry`, arriving out of order, at `at`, and re-judges the pending attempts it can
+/// affect: those after it, and when it is a read or a refusal (`reaching`), every one that
+/// started when it ended or later (of no length, it can stand after some of them in order).
+fn insert_judged(
+    lists: &Lists,
+    key: &mut Key,
+    (at, entry): (usize, Entry),
+    reaching: bool,
+    p: &Params,
+) -> Verdict {
+    let end = entry.end();
+    key.history.insert(at, entry);
+    key.settled_prefix = key.settled_prefix.min(small(at));
+    let first = if reaching {
+        at.min(key.history.partition_point(|e| e.start < end))
+    } else {
+        at
+    };
+    rejudge(lists, key, first, p);
+    key.tail = Tail::of(&key.history);
+    // Re-judging changes verdicts, never positions: the attempt is still at `at`.
+    let e = &key.history[at];
+    (e.kind(), e.violation(), e.attempt)
 }
 
 /// Re-judges the pending attempts of one key from index `first` on, in order.
@@ -905,129 +579,6 @@ fn rejudge(lists: &Lists, key: &mut Key, first: usize, p: &Params) {
         let verdict = lists.judge(&key.history, i, p);
         key.history[i].judged(verdict);
     }
-}
-
-impl Lists {
-    /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
-    fn judge(&self, history: &[Entry], i: usize, p: &Params) -> Verdict {
-        let a = &history[i];
-        // Attempts on the key before A: earlier in order, ended no later than A started.
-        let pred = history[..i].iter().rev().find(|e| e.end() <= a.start);
-        self.verdict(
-            a,
-            pred.map(|e| Predecessor {
-                kind: e.kind(),
-                attempt: e.attempt,
-                end: e.end(),
-                delay: e.delay,
-            }),
-            || budget_exhausted(history, i, p),
-            p,
-        )
-    }
-
-    /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
-    /// [`Lists::judge`] gives it there, without reading the history.
-    fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> Verdict {
-        self.verdict(
-            a,
-            Some(Predecessor {
-                kind: tail.kind,
-                attempt: tail.attempt,
-                end: tail.end(),
-                delay: tail.delay,
-            }),
-            || usize::from(tail.retryable_run) > p.max_retries as usize,
-            p,
-        )
-    }
-
-    /// The client had read the discovery document by `at`: a read ended no later.
-    fn read_before(&self, at: Nanos) -> bool {
-        self.first_read.is_some_and(|r| r <= at)
-    }
-
-    /// The decision table of DESIGN §5 for `a`, given its predecessor on the key and
-    /// whether the retry budget was spent before it.
-    fn verdict(
-        &self,
-        a: &Entry,
-        pred: Option<Predecessor>,
-        budget_spent: impl FnOnce() -> bool,
-        p: &Params,
-    ) -> Verdict {
-        let read_before = self.read_before(a.start);
-        let kind = classify::classify(a.outcome(), a.declared(), read_before).kind;
-        let Some(pred) = pred else {
-            return (kind, self.probe(a, p), 1);
-        };
-        let attempt = if pred.kind == Kind::Ok {
-            1
-        } else {
-            pred.attempt.saturating_add(1)
-        };
-        let violation = if pred.kind.class() == Class::Refusal {
-            Some(Violation::RetryAfterRefusal)
-        } else if pred.kind == Kind::UnverifiedRefusal && !read_before {
-            // A read that ended while the refused attempt was in flight counts too.
-            Some(Violation::RetryWithoutDiscovery)
-        } else if pred.kind == Kind::Ambiguous {
-            Some(Violation::RetryAfterAmbiguous)
-        } else if budget_spent() {
-            Some(Violation::RetryBudgetExhausted)
-        } else if pred.kind.class().is_retryable_failure()
-            && a.start < pred.end.saturating_add(pred.delay.nanos())
-        {
-            Some(Violation::RetryBeforeRetryAfter)
-        } else {
-            self.probe(a, p)
-        };
-        (kind, violation, attempt)
-    }
-
-    /// A asks for an undeclared path within `probe_window` after a refusal's end, and is
-    /// not a request for the discovery document (what the boundary asks for after one).
-    fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
-        if !a.has(DECLARED_NO) || a.has(ASKED) {
-            return None;
-        }
-        let after = a.start.saturating_sub(p.probe_window);
-        let from = self.refusals.partition_point(|r| *r < after);
-        // A refusal that took no time ends where it starts: it is not a probe after itself.
-        let own = classify::is_refusal_signal(a.outcome(), Declared::No) && a.end() == a.start;
-        let needed = 1 + usize::from(own);
-        self.refusals
-            .get(from + needed - 1)
-            .filter(|r| **r <= a.start)
-            .map(|_| Violation::ProbeAfterRefusal)
-    }
-}
-
-/// What the verdict of an attempt needs of its predecessor on the key.
-struct Predecessor {
-    kind: Kind,
-    /// Its number in its row of failures.
-    attempt: u8,
-    end: Nanos,
-    /// The server's delay it carried.
-    delay: Delay,
-}
-
-/// The latest `max_retries + 1` attempts before A all failed transient or throttled.
-fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
-    let a = &history[i];
-    let needed = p.max_retries as usize + 1;
-    let mut seen = 0;
-    for e in history[..i].iter().rev().filter(|e| e.end() <= a.start) {
-        if !e.kind().class().is_retryable_failure() {
-            return false;
-        }
-        seen += 1;
-        if seen == needed {
-            return true;
-        }
-    }
-    false
 }
 
 /// The most attempts a key's history holds at once: its settled depth, the pending ones
@@ -1153,25 +704,6 @@ fn give_back(key: &mut Key, p: &Params) {
     }
 }
 
-/// Whether an attempt on the key follows the refusal `history[i]` within `probe_window`: one
-/// that started no earlier than it ended and no later than the window's end (DESIGN §5). Of
-/// the attempts ordered before it, only one that started the instant a refusal of no length
-/// ended can; once such an attempt has left the history, the refusal's [`FOLLOWED`] flag says so.
-fn followed(history: &[Entry], i: usize, p: &Params) -> bool {
-    let r = &history[i];
-    r.has(FOLLOWED)
-        || history
-            .iter()
-            .enumerate()
-            .any(|(j, f)| j != i && follows(r, f, p))
-}
-
-/// Whether the attempt `f` started within the refusal `r`'s `probe_window`: no earlier than
-/// `r` ended, no later than the window's end.
-fn follows(r: &Entry, f: &Entry, p: &Params) -> bool {
-    f.start >= r.end() && f.start <= r.end().saturating_add(p.probe_window)
-}
-
 /// Judges the settled refusals of a key whose `probe_window` has passed, and notes whether
 /// any is left to judge ([`Key::unjudged`]).
 fn judge_key(key: &mut Key, labels: u32, now: Nanos, p: &Params, out: &mut Vec<Event>) {
@@ -1207,27 +739,14 @@ fn counted(labels: u32, operation: &Arc<str>, e: &Entry) -> Event {
     }
 }
 
-/// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.
-fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
-    let at = v.partition_point(|x| *x <= value);
-    v.insert(at, value);
-    if v.len() > cap {
-        v.remove(0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{
-        busy_held, most_held, room_kept, Bits, Delay, Entry, Group, Key, Length, Observation,
-        Params, SETTLED,
-    };
+    use super::{busy_held, most_held, room_kept, Group, Key, Observation, Params, SETTLED};
     use crate::classify::{Kind, Outcome};
     use crate::config::TrackerConfig;
     use crate::discovery::Declared;
     use crate::extract::Discovery;
     use crate::tracker::GroupId;
-    use crate::tracker::Violation;
 
     /// The `n`th attempt of operation 1, in order, every one succeeding.
     fn attempt(n: u64) -> Observation {
@@ -1328,7 +847,7 @@ mod tests {
             );
             // The oldest settled early are no longer pending.
             let pending = history.iter().filter(|e| !e.has(SETTLED)).count();
-            assert_eq!(group.pending as usize, pending, "after {n}");
+            assert_eq!(group.pending.count as usize, pending, "after {n}");
         }
         // Full, once trimmed after each arrival: the arriving one took the last place.
         assert_eq!(most, bound - 1, "it did fill up");
@@ -1489,7 +1008,11 @@ mod tests {
                 .count();
             let expected = if n >= 5 && n % 5 == 0 { 5 } else { 0 };
             assert_eq!(counted, expected, "settled on the arrival of attempt {n}");
-            assert_eq!(group.pending as u64, n % 5 + 1, "pending after attempt {n}");
+            assert_eq!(
+                group.pending.count as u64,
+                n % 5 + 1,
+                "pending after attempt {n}"
+            );
             assert_eq!(group.keys[&1].history.capacity(), p.depth, "no room grown");
         }
         // Not due yet: nothing settles ahead of the arriving attempt.
@@ -1498,131 +1021,12 @@ mod tests {
         out.clear();
         group.observe(5 * second - 1, &attempt(1), &p, &mut out);
         assert!(out.is_empty(), "the window has not passed");
-        assert_eq!(group.pending, 2);
-    }
-
-    #[test]
-    fn a_length_is_exact_to_half_a_millisecond_then_rounded_down_by_less_than_a_2_18th() {
-        for nanos in [0, 1, 2, 499_999, (1 << 19) - 1] {
-            assert_eq!(Length::of(nanos).nanos(), nanos, "{nanos} exact");
-        }
-        for nanos in [
-            1 << 19,
-            (1 << 19) + 1,
-            (1 << 20) - 1,
-            1_500_000_001,
-            60_000_000_007,
-            1 << 40,
-            3_600_000_000_000 + 12_345,
-            (1 << 49) + (1 << 31) - 1,
-        ] {
-            let kept = Length::of(nanos).nanos();
-            assert!(
-                kept <= nanos && (nanos - kept) << 18 < nanos,
-                "{nanos} kept as {kept}"
-            );
-            assert_eq!(Length::of(kept).nanos(), kept, "{nanos}: kept as kept");
-        }
-        assert_eq!(
-            Length::of((1 << 20) - 1).nanos(),
-            (1 << 20) - 2,
-            "one bit gone"
-        );
-        let longest = ((1u64 << 19) - 1) << 31;
-        assert_eq!(Length::of(u64::MAX).nanos(), longest, "about 13 days");
-        assert_eq!(Length::of(longest).nanos(), longest);
-        assert_eq!(Length::of(longest + (1 << 31)).nanos(), longest);
-        assert_eq!(super::kept_end(7, 7 + (1 << 20) - 1), 7 + (1 << 20) - 2);
-        assert_eq!(super::kept_end(u64::MAX - 1, u64::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn an_entry_keeps_every_outcome_kind_violation_and_flag() {
-        let violations = std::iter::once(None).chain(Violation::ALL.map(Some));
-        for outcome in Outcome::ALL {
-            for kind in Kind::ALL {
-                for violation in violations.clone() {
-                    for flags in [0, 1, 0b10_1010, 0b01_0101, 0x3f] {
-                        let bits = Bits::new(outcome, kind, violation, flags);
-                        assert_eq!(
-                            (bits.outcome(), bits.kind(), bits.violation(), bits.flags()),
-                            (outcome, kind, violation, flags)
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn an_entry_goes_to_the_state_file_and_back_whole() {
-        let entry = Entry {
-            start: 1_700_000_000_000_000_000,
-            trace_id: [7; 16],
-            span_id: [9; 8],
-            length: Length::of(1_500_000_001),
-            attempt: 200,
-            bits: Bits::new(
-                Outcome::Throttled,
-                Kind::Throttled,
-                Some(Violation::RetryBeforeRetryAfter),
-                super::SETTLED | super::READ,
-            ),
-            delay: Delay::of(Some(2_000_000_000)),
-        };
-        let json = serde_json::to_value(&entry).expect("serialises");
-        assert_eq!(json["end"], entry.start + Length::of(1_500_000_001).nanos());
-        assert_eq!(json["attempt"], 200);
-        assert_eq!(json["kind"], serde_json::json!("Throttled"));
-        let back: Entry = serde_json::from_value(json).expect("deserialises");
-        assert_eq!(
-            (back.start, back.end(), back.trace_id, back.span_id),
-            (entry.start, entry.end(), entry.trace_id, entry.span_id)
-        );
-        assert_eq!(
-            (back.attempt, back.bits, back.delay),
-            (200, entry.bits, entry.delay)
-        );
-        let mut long = serde_json::to_value(&entry).expect("serialises");
-        long["attempt"] = 1000.into();
-        let back: Entry = serde_json::from_value(long).expect("deserialises");
-        assert_eq!(back.attempt, u8::MAX, "a longer row saturates");
-    }
-
-    #[test]
-    fn an_entry_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<super::Entry>(), 40);
+        assert_eq!(group.pending.count, 2);
     }
 
     #[test]
     fn a_key_is_72_bytes_its_tail_18() {
         assert_eq!(std::mem::size_of::<super::Tail>(), 18);
         assert_eq!(std::mem::size_of::<Key>(), 72);
-    }
-
-    #[test]
-    fn a_delay_is_kept_to_the_millisecond_then_rounded_down_by_less_than_a_2048th() {
-        const MS: u64 = 1_000_000;
-        assert_eq!(Delay::of(None).nanos(), 0);
-        assert_eq!(
-            Delay::of(Some(MS - 1)).nanos(),
-            0,
-            "under a millisecond: none"
-        );
-        for ms in [1, 2, 999, 1000, 1500, 4095, 4096, 60_000, 86_400_000] {
-            let kept = Delay::of(Some(ms * MS + 123)).nanos() / MS;
-            assert!(
-                kept <= ms && (ms - kept) * 2048 < ms.max(2048),
-                "{ms} ms kept as {kept}"
-            );
-        }
-        assert_eq!(
-            Delay::of(Some(4095 * MS)).nanos(),
-            4095 * MS,
-            "exact to 4.095 s"
-        );
-        let longest = Delay::of(Some(u64::MAX)).nanos();
-        assert_eq!(longest, (4095 << 15) * MS, "at most about 37 hours");
-        assert_eq!(Delay::of(Some(longest)).nanos(), longest);
     }
 }

@@ -16,9 +16,11 @@
 //! only ever tried, never waited for: the whole can pass `max_keys` by a key for a moment
 //! when every shard holding more than its share is busy and the new key's own is empty.
 
+mod entry;
 mod group;
 mod keys;
 mod names;
+mod rules;
 
 pub use group::GroupState;
 

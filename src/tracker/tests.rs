@@ -1423,7 +1423,7 @@ proptest! {
     }
 }
 
-/// Racing attempts of lengths the tracker keeps rounded ([`super::group::kept_end`]): any
+/// Racing attempts of lengths the tracker keeps rounded ([`super::entry::kept_end`]): any
 /// number of nanoseconds up to 134 ms, and starts that fall on another attempt's end, as
 /// given or as kept.
 fn rounded_stream() -> impl Strategy<Value = Vec<Observation>> {
@@ -1442,7 +1442,7 @@ fn rounded_stream() -> impl Strategy<Value = Vec<Observation>> {
                 stream[i].start = match tie {
                     0 => continue,
                     1 => end,
-                    _ => super::group::kept_end(start, end),
+                    _ => super::entry::kept_end(start, end),
                 };
                 stream[i].end = stream[i].start + length;
             }
@@ -1465,7 +1465,7 @@ proptest! {
         let cfg = race_config();
         let kept: Vec<Observation> = stream
             .iter()
-            .map(|o| Observation { end: super::group::kept_end(o.start, o.end), ..*o })
+            .map(|o| Observation { end: super::entry::kept_end(o.start, o.end), ..*o })
             .collect();
         let want = contract(&kept, cfg.max_retries, RACE_WINDOW_MS * MS);
         for (name, got) in counted_in_any_order(&stream, &cfg, seed, batch) {

@@ -1,0 +1,183 @@
+//! The violation rules of DESIGN §5 as pure functions of what a group holds: the verdict of
+//! an attempt given its predecessor on the key, the group's discovery reads and refusals
+//! ([`Lists`]) and the key's history — retries after a refusal, without discovery, after an
+//! ambiguous answer, past the retry budget, before `Retry-After`, and probes after a refusal.
+//!
+//! Core: pure.
+
+use super::entry::{Delay, Entry, Tail, Verdict, ASKED, DECLARED_NO, FOLLOWED};
+use super::{Nanos, Params, Violation};
+use crate::classify::{self, Class, Kind};
+use crate::discovery::Declared;
+
+/// The discovery reads and refusals of a group.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct Lists {
+    /// The earliest discovery read's end: "had read before A" is `first_read <= A.start`,
+    /// which is all the decision table and the violations ask of reads.
+    pub(super) first_read: Option<Nanos>,
+    /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
+    pub(super) refusals: Vec<Nanos>,
+}
+
+impl Lists {
+    /// Notes an attempt that ended at `end`: a discovery read (`read`), a refusal (`refusal`,
+    /// the latest `kept` of them kept), or neither.
+    pub(super) fn note(&mut self, read: bool, refusal: bool, end: Nanos, kept: usize) {
+        if read {
+            self.first_read = Some(self.first_read.map_or(end, |f| f.min(end)));
+        }
+        if refusal {
+            insert_bounded(&mut self.refusals, end, kept);
+        }
+    }
+
+    /// The verdict of `history[i]` given everything the group holds (DESIGN §4, §5).
+    pub(super) fn judge(&self, history: &[Entry], i: usize, p: &Params) -> Verdict {
+        let a = &history[i];
+        // Attempts on the key before A: earlier in order, ended no later than A started.
+        let pred = history[..i].iter().rev().find(|e| e.end() <= a.start);
+        self.verdict(
+            a,
+            pred.map(|e| Predecessor {
+                kind: e.kind(),
+                attempt: e.attempt,
+                end: e.end(),
+                delay: e.delay,
+            }),
+            || budget_exhausted(history, i, p),
+            p,
+        )
+    }
+
+    /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
+    /// [`Lists::judge`] gives it there, without reading the history.
+    pub(super) fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> Verdict {
+        self.verdict(
+            a,
+            Some(Predecessor {
+                kind: tail.kind,
+                attempt: tail.attempt,
+                end: tail.end(),
+                delay: tail.delay,
+            }),
+            || usize::from(tail.retryable_run) > p.max_retries as usize,
+            p,
+        )
+    }
+
+    /// The client had read the discovery document by `at`: a read ended no later.
+    pub(super) fn read_before(&self, at: Nanos) -> bool {
+        self.first_read.is_some_and(|r| r <= at)
+    }
+
+    /// The decision table of DESIGN §5 for `a`, given its predecessor on the key and
+    /// whether the retry budget was spent before it.
+    pub(super) fn verdict(
+        &self,
+        a: &Entry,
+        pred: Option<Predecessor>,
+        budget_spent: impl FnOnce() -> bool,
+        p: &Params,
+    ) -> Verdict {
+        let read_before = self.read_before(a.start);
+        let kind = classify::classify(a.outcome(), a.declared(), read_before).kind;
+        let Some(pred) = pred else {
+            return (kind, self.probe(a, p), 1);
+        };
+        let attempt = if pred.kind == Kind::Ok {
+            1
+        } else {
+            pred.attempt.saturating_add(1)
+        };
+        let violation = if pred.kind.class() == Class::Refusal {
+            Some(Violation::RetryAfterRefusal)
+        } else if pred.kind == Kind::UnverifiedRefusal && !read_before {
+            // A read that ended while the refused attempt was in flight counts too.
+            Some(Violation::RetryWithoutDiscovery)
+        } else if pred.kind == Kind::Ambiguous {
+            Some(Violation::RetryAfterAmbiguous)
+        } else if budget_spent() {
+            Some(Violation::RetryBudgetExhausted)
+        } else if pred.kind.class().is_retryable_failure()
+            && a.start < pred.end.saturating_add(pred.delay.nanos())
+        {
+            Some(Violation::RetryBeforeRetryAfter)
+        } else {
+            self.probe(a, p)
+        };
+        (kind, violation, attempt)
+    }
+
+    /// A asks for an undeclared path within `probe_window` after a refusal's end, and is
+    /// not a request for the discovery document (what the boundary asks for after one).
+    pub(super) fn probe(&self, a: &Entry, p: &Params) -> Option<Violation> {
+        if !a.has(DECLARED_NO) || a.has(ASKED) {
+            return None;
+        }
+        let after = a.start.saturating_sub(p.probe_window);
+        let from = self.refusals.partition_point(|r| *r < after);
+        // A refusal that took no time ends where it starts: it is not a probe after itself.
+        let own = classify::is_refusal_signal(a.outcome(), Declared::No) && a.end() == a.start;
+        let needed = 1 + usize::from(own);
+        self.refusals
+            .get(from + needed - 1)
+            .filter(|r| **r <= a.start)
+            .map(|_| Violation::ProbeAfterRefusal)
+    }
+}
+
+/// What the verdict of an attempt needs of its predecessor on the key.
+pub(super) struct Predecessor {
+    kind: Kind,
+    /// Its number in its row of failures.
+    attempt: u8,
+    end: Nanos,
+    /// The server's delay it carried.
+    delay: Delay,
+}
+
+/// The latest `max_retries + 1` attempts before A all failed transient or throttled.
+pub(super) fn budget_exhausted(history: &[Entry], i: usize, p: &Params) -> bool {
+    let a = &history[i];
+    let needed = p.max_retries as usize + 1;
+    let mut seen = 0;
+    for e in history[..i].iter().rev().filter(|e| e.end() <= a.start) {
+        if !e.kind().class().is_retryable_failure() {
+            return false;
+        }
+        seen += 1;
+        if seen == needed {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether an attempt on the key follows the refusal `history[i]` within `probe_window`: one
+/// that started no earlier than it ended and no later than the window's end (DESIGN §5). Of
+/// the attempts ordered before it, only one that started the instant a refusal of no length
+/// ended can; once such an attempt has left the history, the refusal's [`FOLLOWED`] flag says so.
+pub(super) fn followed(history: &[Entry], i: usize, p: &Params) -> bool {
+    let r = &history[i];
+    r.has(FOLLOWED)
+        || history
+            .iter()
+            .enumerate()
+            .any(|(j, f)| j != i && follows(r, f, p))
+}
+
+/// Whether the attempt `f` started within the refusal `r`'s `probe_window`: no earlier than
+/// `r` ended, no later than the window's end.
+pub(super) fn follows(r: &Entry, f: &Entry, p: &Params) -> bool {
+    f.start >= r.end() && f.start <= r.end().saturating_add(p.probe_window)
+}
+
+/// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.
+fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
+    let at = v.partition_point(|x| *x <= value);
+    v.insert(at, value);
+    if v.len() > cap {
+        v.remove(0);
+    }
+}
