@@ -88,7 +88,7 @@ pub fn link(child: &Member<'_>, parent: &Member<'_>) -> Option<Link> {
 /// What one span of a call is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
-    /// An attempt of the call: the index of its facts in [`Assembled::attempts`].
+    /// An attempt of the call: the index of its facts in [`Calls::attempts`].
     Attempt(usize),
     /// Part of another span's attempt: skipped as `same_call`.
     Part,

@@ -91,7 +91,7 @@ struct Entry {
 }
 
 /// The calls of one request to keep for a late part: filled by the request, then kept with its
-/// bytes ([`Recent::keep`]).
+/// bytes (`Recent::keep`).
 #[derive(Debug, Default)]
 pub struct Batch {
     members: Vec<Place>,
@@ -130,7 +130,7 @@ impl Batch {
 
     /// Adds a call of one span that names no parent (a root counted at once). What it was
     /// counted as is not kept: almost no root is ever joined, and the one that is has its
-    /// attempt made again from its span ([`Recent::take`]), as it was made the first time.
+    /// attempt made again from its span (`Recent::take`), as it was made the first time.
     pub fn root(&mut self, key: SpanKey, at: At) {
         let m = self.members.len() as u32;
         self.members.push(Place::Here(Member {
