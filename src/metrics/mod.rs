@@ -2,7 +2,7 @@
 //!
 //! Edge. Every (client, interface) pair gets a small integer id the first time it is seen;
 //! its counters are atomics in the pair, only incremented, and its series are made from them
-//! when `/metrics` is written ([`PairFamilies`]): no lock or hash per span, and no object per
+//! when `/metrics` is written (`pairs.rs`): no lock or hash per span, and no object per
 //! series. Label values are capped:
 //! past `max_clients` client names or `max_interfaces` interface names the value is
 //! `__overflow__`, counted in `refusal_gate_label_overflow_total`; and past `max_series`
@@ -20,92 +20,18 @@ use crate::tracker::{Event, Violation};
 use foldhash::HashMap;
 use prometheus::proto::{Metric, MetricFamily};
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry, TextEncoder,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+mod families;
+mod pairs;
+
+use pairs::{Names, Pair, PairFamilies, Series, Slot};
+
 /// The label value that stands for every value past a cap.
 pub const OVERFLOW: &str = "__overflow__";
-
-/// The counters of one (client, interface) pair: plain atomics, read at scrape time by
-/// [`PairFamilies`]. A series appears once its count is above zero, as a counter created at
-/// its first increment would.
-struct Pair {
-    /// Its id: slot and generation.
-    id: u32,
-    /// Its key in [`Names::pairs`] (hashes, 0 for an overflowed name).
-    key: (u64, u64),
-    client: Arc<str>,
-    interface: Arc<str>,
-    /// The coarse clock (seconds) when an attempt of it was last counted.
-    last_seen: AtomicU64,
-    attempts: [AtomicU64; Kind::ALL.len()],
-    violations: [AtomicU64; Violation::ALL.len()],
-    discovery_reads: AtomicU64,
-    honored: AtomicU64,
-    /// The coarse clock when it last committed a violation (0: never).
-    last_violation: AtomicU64,
-    /// The latest attempt counted in each of its series that carry one (a violation, or a
-    /// kind of class `refusal`), for OpenMetrics' exemplars: only the series that have one,
-    /// so a pair that never refused costs an empty vector.
-    exemplars: Mutex<Vec<(Series, Exemplar)>>,
-}
-
-/// A series of a pair that carries an exemplar: of `refusal_gate_violations_total`, or of
-/// `refusal_gate_attempts_total` (a kind of class `refusal`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Series {
-    Violation(Violation),
-    Attempts(Kind),
-}
-
-impl Pair {
-    /// Notes `exemplar` as the latest attempt counted in `series`.
-    fn exemplar(&self, series: Series, exemplar: Exemplar) {
-        let mut kept = self
-            .exemplars
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        match kept.iter_mut().find(|(s, _)| *s == series) {
-            Some((_, e)) => *e = exemplar,
-            None => {
-                // A place for each series seen, no more: most pairs have one or two.
-                kept.reserve_exact(1);
-                kept.push((series, exemplar));
-            }
-        }
-    }
-}
-
-/// Bits of a pair id that name its slot; the rest is the slot's generation.
-const SLOT_BITS: u32 = 24;
-
-/// A place for a pair; its generation grows each time its pair expires.
-#[derive(Default)]
-struct Slot {
-    generation: u32,
-    pair: Option<Arc<Pair>>,
-}
-
-/// Which pair each (client, interface) hash has, and each admitted name's copy and how many
-/// live pairs use it (a name's place under its cap is freed when the last one expires).
-#[derive(Default)]
-struct Names {
-    pairs: HashMap<(u64, u64), u32>,
-    clients: HashMap<u64, Name>,
-    interfaces: HashMap<u64, Name>,
-    /// Slots of expired pairs, to reuse.
-    free: Vec<u32>,
-}
-
-/// An admitted client or interface name: the one copy its pairs' series share, and how many
-/// live pairs hold it.
-struct Name {
-    text: Arc<str>,
-    pairs: u32,
-}
 
 /// The counters the exporter keeps.
 pub struct ExportMetrics {
@@ -225,541 +151,69 @@ pub struct Metrics {
     exporter_queue_bytes: IntGauge,
 }
 
-fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("metric names are valid");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("each metric is registered once");
-    c
-}
-
-/// The families of the (client, interface) pairs — `refusal_gate_attempts_total`,
-/// `refusal_gate_violations_total`, `refusal_gate_discovery_reads_total` and
-/// `refusal_gate_refusals_honored_total` — collected at scrape time from the pairs' atomics.
-/// A counter of the `prometheus` crate is an object of its own, with its own copy of its
-/// description and label pairs (some 500 bytes; 290 MiB at 10,000 clients each its own
-/// series); a pair's counters here are 16 words in the pair, and a series is one only while
-/// `/metrics` is written.
-struct PairFamilies {
-    pairs: Arc<RwLock<Vec<Slot>>>,
-    /// Attempts, violations, discovery reads, honored refusals.
-    descs: [prometheus::core::Desc; 4],
-}
-
-impl PairFamilies {
-    fn new(pairs: Arc<RwLock<Vec<Slot>>>) -> PairFamilies {
-        let desc = |name: &str, help: &str, labels: &[&str]| {
-            prometheus::core::Desc::new(
-                name.to_owned(),
-                help.to_owned(),
-                labels.iter().map(|l| (*l).to_owned()).collect(),
-                std::collections::HashMap::new(),
-            )
-            .expect("metric names are valid")
-        };
-        PairFamilies {
-            pairs,
-            descs: [
-                desc(
-                    "refusal_gate_attempts_total",
-                    "Client attempts, by class and kind of the decision table.",
-                    &["client", "interface", "class", "kind"],
-                ),
-                desc(
-                    "refusal_gate_violations_total",
-                    "Attempts a client following the decision boundary would not have sent, and probes.",
-                    &["client", "interface", "violation"],
-                ),
-                desc(
-                    "refusal_gate_discovery_reads_total",
-                    "Successful reads of an interface's discovery document.",
-                    &["client", "interface"],
-                ),
-                desc(
-                    "refusal_gate_refusals_honored_total",
-                    "Refusals not retried within probe_window.",
-                    &["client", "interface"],
-                ),
-            ],
-        }
-    }
-}
-
-/// One counter sample of a pair: `client`, `interface` and the `extra` labels, sorted by
-/// name as the `prometheus` crate sorts a series' labels.
-fn pair_sample(p: &Pair, extra: &[(&str, &str)], value: u64) -> prometheus::proto::Metric {
-    let label = |name: &str, value: &str| {
-        let mut l = prometheus::proto::LabelPair::default();
-        l.set_name(name.to_owned());
-        l.set_value(value.to_owned());
-        l
-    };
-    let mut labels: Vec<_> = [("client", &*p.client), ("interface", &*p.interface)]
-        .into_iter()
-        .chain(extra.iter().copied())
-        .map(|(n, v)| label(n, v))
-        .collect();
-    labels.sort_by(|a, b| a.name().cmp(b.name()));
-    let mut counter = prometheus::proto::Counter::default();
-    counter.set_value(value as f64);
-    let mut m = prometheus::proto::Metric::from_label(labels);
-    m.set_counter(counter);
-    m
-}
-
-impl prometheus::core::Collector for PairFamilies {
-    fn desc(&self) -> Vec<&prometheus::core::Desc> {
-        self.descs.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
-        let mut families: [Vec<prometheus::proto::Metric>; 4] = Default::default();
-        let pairs = self.pairs.read().unwrap_or_else(PoisonError::into_inner);
-        for p in pairs.iter().filter_map(|slot| slot.pair.as_deref()) {
-            let mut sample = |family: usize, extra: &[(&str, &str)], count: &AtomicU64| {
-                let value = count.load(Ordering::Relaxed);
-                if value > 0 {
-                    families[family].push(pair_sample(p, extra, value));
-                }
-            };
-            for kind in Kind::ALL {
-                let extra = [("class", kind.class().as_str()), ("kind", kind.as_str())];
-                sample(0, &extra, &p.attempts[kind as usize]);
-            }
-            for v in Violation::ALL {
-                sample(1, &[("violation", v.as_str())], &p.violations[v as usize]);
-            }
-            sample(2, &[], &p.discovery_reads);
-            sample(3, &[], &p.honored);
-        }
-        drop(pairs);
-        self.descs
-            .iter()
-            .zip(families)
-            // (A family with no series is left out by the registry.)
-            .map(|(desc, metrics)| {
-                let mut family = prometheus::proto::MetricFamily::default();
-                family.set_name(desc.fq_name.clone());
-                family.set_help(desc.help.clone());
-                family.set_field_type(prometheus::proto::MetricType::COUNTER);
-                family.set_metric(metrics);
-                family
-            })
-            .collect()
-    }
-}
-
 impl Metrics {
-    /// Registers every metric.
+    /// Registers every metric (the families are declared in `families.rs`).
     pub fn new(config: &MetricsConfig) -> Metrics {
+        use families as f;
         let r = Registry::new();
         let pairs = Arc::new(RwLock::new(Vec::new()));
         r.register(Box::new(PairFamilies::new(Arc::clone(&pairs))))
             .expect("each metric is registered once");
-        let accepted = counter_vec(
-            &r,
-            "refusal_gate_receiver_accepted_spans_total",
-            "Spans accepted by the receivers.",
-            &["transport"],
-        );
-        let refused_spans = counter_vec(
-            &r,
-            "refusal_gate_receiver_refused_spans_total",
-            "Spans the receivers could not decode and rejected.",
-            &["transport", "reason"],
-        );
-        let refused_requests = counter_vec(
-            &r,
-            "refusal_gate_receiver_refused_requests_total",
-            "Whole requests refused (malformed, too large, wrong type or encoding), whose spans cannot be counted.",
-            &["transport", "reason"],
-        );
-        let truncated_spans = counter_vec(
-            &r,
-            "refusal_gate_receiver_truncated_spans_total",
-            "Spans with more attributes than max_attributes_per_span; the rest were not read.",
-            &["transport"],
-        );
-        let tls_failures = counter_vec(
-            &r,
-            "refusal_gate_tls_handshake_failures_total",
-            "TLS handshakes that failed or timed out (no or a wrong client certificate, plain text on a TLS port), by listener.",
-            &["listener"],
-        );
-        let listener_limits = counter_vec(
-            &r,
-            "refusal_gate_listener_limits_total",
-            "Times a listener's connection limit fired: max_connections (a connection accepted and closed), read_header_timeout and idle_timeout (a connection closed), read_timeout (a request's body not received in time).",
-            &["listener", "limit"],
-        );
-        let listener_connections = IntGaugeVec::new(
-            Opts::new(
-                "refusal_gate_listener_connections",
-                "Connections open now, by listener.",
-            ),
-            &["listener"],
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(listener_connections.clone()))
-            .expect("each metric is registered once");
-        let skipped = counter_vec(
-            &r,
-            "refusal_gate_spans_skipped_total",
-            "Spans that are not attempts (not CLIENT, no known protocol, duplicate, the same call as another span).",
-            &["reason"],
-        );
-        let tracker_keys = IntGauge::new("refusal_gate_tracker_keys", "Keys the tracker holds.")
-            .expect("metric names are valid");
-        r.register(Box::new(tracker_keys.clone()))
-            .expect("each metric is registered once");
-        let held_spans = IntGauge::new(
-            "refusal_gate_held_spans",
-            "Spans of calls kept for the rest of their call (tracker.max_held_spans).",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(held_spans.clone()))
-            .expect("each metric is registered once");
-        let held_bytes = IntGauge::new(
-            "refusal_gate_held_bytes",
-            "Bytes those spans' facts take (tracker.max_held_mib).",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(held_bytes.clone()))
-            .expect("each metric is registered once");
-        let held_forced = counter_vec(
-            &r,
-            "refusal_gate_held_calls_forced_total",
-            "Held calls counted before the rest of their call arrived, because a bound was reached.",
-            &["bound"],
-        );
-        let evictions = counter_vec(
-            &r,
-            "refusal_gate_tracker_evictions_total",
-            "Keys the tracker forgot, by reason.",
-            &["reason"],
-        );
-        let series_expired = IntCounter::new(
-            "refusal_gate_series_expired_total",
-            "(client, interface) pairs whose series were removed after series_ttl without an attempt.",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(series_expired.clone()))
-            .expect("each metric is registered once");
-        let cycles_cut = IntCounter::new(
-            "refusal_gate_call_cycles_cut_total",
-            "Cycles of parent span ids cut to join a call (a span naming its own descendant as its parent).",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(cycles_cut.clone()))
-            .expect("each metric is registered once");
-        let label_overflow = counter_vec(
-            &r,
-            "refusal_gate_label_overflow_total",
-            "Attempts whose client or interface label was replaced by __overflow__.",
-            &["label"],
-        );
-        let metric_pushes = counter_vec(
-            &r,
-            "refusal_gate_exporter_metric_pushes_total",
-            "Pushes of the OTLP metrics exporter: sent, retried (a try that failed and is tried again) or failed (given up).",
-            &["outcome"],
-        );
-        let label_truncated = counter_vec(
-            &r,
-            "refusal_gate_label_truncated_total",
-            "Label values cut to metrics.max_label_bytes and given a hash suffix, counted once per request and series that used one.",
-            &["label"],
-        );
-        let document_loads = counter_vec(
-            &r,
-            "refusal_gate_discovery_document_loads_total",
-            "Loads of interfaces' discovery documents, by outcome (loaded, not_modified, invalid, refused, failed).",
-            &["interface", "outcome"],
-        );
-        let alerts = counter_vec(
-            &r,
-            "refusal_gate_alerts_total",
-            "Alerts raised, one per violation at or above the minimum severity.",
-            &["alertname", "severity"],
-        );
-        let alert_deliveries = counter_vec(
-            &r,
-            "refusal_gate_alert_deliveries_total",
-            "Alert deliveries by receiver and outcome (sent, failed and retried, rejected, dropped).",
-            &["receiver", "outcome"],
-        );
-        let alert_watchers_refused = counter_vec(
-            &r,
-            "refusal_gate_alert_watchers_refused_total",
-            "Alert watchers (WatchAlerts streams, /v1/alerts/stream subscribers) refused at alerting.max_watchers.",
-            &["endpoint"],
-        );
-        let exporter_sent = IntCounter::new(
-            "refusal_gate_exporter_sent_spans_total",
-            "Spans forwarded and accepted downstream.",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(exporter_sent.clone()))
-            .expect("each metric is registered once");
-        let exporter_failed = counter_vec(
-            &r,
-            "refusal_gate_exporter_failed_spans_total",
-            "Spans not forwarded (queue_full, refused, partial_success, shutdown, too_large), and spans of each failed try that is retried (retried).",
-            &["reason"],
-        );
-        let exporter_queue = IntGauge::new(
-            "refusal_gate_exporter_queue_spans",
-            "Spans waiting to be forwarded.",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(exporter_queue.clone()))
-            .expect("each metric is registered once");
-        let exporter_queue_bytes = IntGauge::new(
-            "refusal_gate_exporter_queue_bytes",
-            "Bytes of tagged requests waiting to be forwarded (or reserved for them).",
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(exporter_queue_bytes.clone()))
-            .expect("each metric is registered once");
-        let batch_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "refusal_gate_batch_duration_seconds",
-                "Time to decode and process one export request.",
-            )
-            .buckets(vec![
-                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-            ]),
-            &["transport"],
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(batch_duration.clone()))
-            .expect("each metric is registered once");
-        let build_info = IntGaugeVec::new(
-            Opts::new(
-                "refusal_gate_build_info",
-                "Always 1; the version is a label.",
-            ),
-            &["version"],
-        )
-        .expect("metric names are valid");
-        r.register(Box::new(build_info.clone()))
-            .expect("each metric is registered once");
-        build_info
+        let accepted = f::ACCEPTED_SPANS.counter_vec(&r);
+        let refused_spans = f::REFUSED_SPANS.counter_vec(&r);
+        let skipped = f::SKIPPED.counter_vec(&r);
+        let evictions = f::EVICTIONS.counter_vec(&r);
+        let batch_duration = f::BATCH_DURATION.histogram_vec(&r, &f::BATCH_BUCKETS);
+        f::BUILD_INFO
+            .gauge_vec(&r)
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
         // Series a dashboard plots are created at zero, so they show 0 rather than no data.
         for reason in ["ttl", "capacity"] {
             evictions.with_label_values(&[reason]);
         }
-        let skipped_by = ["not_client", "no_protocol", "duplicate", "same_call"]
-            .map(|r| skipped.with_label_values(&[r]));
         for transport in [Transport::Grpc, Transport::Http] {
             refused_spans.with_label_values(&[transport.as_str(), "malformed_span"]);
         }
-        let accepted_spans = [
-            accepted.with_label_values(&[Transport::Grpc.as_str()]),
-            accepted.with_label_values(&[Transport::Http.as_str()]),
-        ];
-        let batch_duration_by = [Transport::Grpc, Transport::Http]
-            .map(|t| batch_duration.with_label_values(&[t.as_str()]));
+        let transports = [Transport::Grpc, Transport::Http];
         Metrics {
-            registry: r,
-            skipped_by,
-            batch_duration_by,
+            skipped_by: ["not_client", "no_protocol", "duplicate", "same_call"]
+                .map(|r| skipped.with_label_values(&[r])),
+            batch_duration_by: transports.map(|t| batch_duration.with_label_values(&[t.as_str()])),
+            accepted_spans: transports.map(|t| accepted.with_label_values(&[t.as_str()])),
             config: config.clone(),
             names: Mutex::new(Names::default()),
             pairs,
             // Now, not 0: a pair made before the first sweep is stamped with the time it
             // was made, not with the epoch (which the first sweep would take as long gone).
             clock: AtomicU64::new(crate::clock::now() / crate::clock::SECOND),
-            series_expired,
-            cycles_cut,
-            accepted_spans,
+            series_expired: f::SERIES_EXPIRED.counter(&r),
+            cycles_cut: f::CYCLES_CUT.counter(&r),
             refused_spans,
-            refused_requests,
-            truncated_spans,
-            tls_failures,
-            listener_limits,
-            listener_connections,
+            refused_requests: f::REFUSED_REQUESTS.counter_vec(&r),
+            truncated_spans: f::TRUNCATED_SPANS.counter_vec(&r),
+            tls_failures: f::TLS_FAILURES.counter_vec(&r),
+            listener_limits: f::LISTENER_LIMITS.counter_vec(&r),
+            listener_connections: f::LISTENER_CONNECTIONS.gauge_vec(&r),
             skipped,
-            tracker_keys,
-            held_spans,
-            held_bytes,
-            held_forced,
+            tracker_keys: f::TRACKER_KEYS.gauge(&r),
+            held_spans: f::HELD_SPANS.gauge(&r),
+            held_bytes: f::HELD_BYTES.gauge(&r),
+            held_forced: f::HELD_FORCED.counter_vec(&r),
             evictions,
-            label_overflow,
-            label_truncated,
-            metric_pushes,
-            document_loads,
-            alerts,
-            alert_deliveries,
-            alert_watchers_refused,
-            exporter_sent,
-            exporter_failed,
-            exporter_queue,
-            exporter_queue_bytes,
+            label_overflow: f::LABEL_OVERFLOW.counter_vec(&r),
+            label_truncated: f::LABEL_TRUNCATED.counter_vec(&r),
+            metric_pushes: f::METRIC_PUSHES.counter_vec(&r),
+            document_loads: f::DOCUMENT_LOADS.counter_vec(&r),
+            alerts: f::ALERTS.counter_vec(&r),
+            alert_deliveries: f::ALERT_DELIVERIES.counter_vec(&r),
+            alert_watchers_refused: f::ALERT_WATCHERS_REFUSED.counter_vec(&r),
+            exporter_sent: f::EXPORTER_SENT.counter(&r),
+            exporter_failed: f::EXPORTER_FAILED.counter_vec(&r),
+            exporter_queue: f::EXPORTER_QUEUE.gauge(&r),
+            exporter_queue_bytes: f::EXPORTER_QUEUE_BYTES.gauge(&r),
+            registry: r,
         }
-    }
-
-    /// The id of the (client, interface) pair, by the hashes of their names; the names are
-    /// copied only the first time. Applies the label caps: a name past its cap shares the
-    /// `__overflow__` pair, and is admitted later if a place frees up.
-    pub fn labels(
-        &self,
-        client_hash: u64,
-        client: &str,
-        interface_hash: u64,
-        interface: &str,
-    ) -> u32 {
-        let mut names = self.names.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(id) = names.pairs.get(&(client_hash, interface_hash)) {
-            return *id;
-        }
-        let admit = |set: &HashMap<u64, Name>, hash: u64, cap: usize, label: &str| {
-            let ok = set.contains_key(&hash) || set.len() < cap;
-            if !ok {
-                self.label_overflow.with_label_values(&[label]).inc();
-            }
-            ok
-        };
-        let client_ok = admit(
-            &names.clients,
-            client_hash,
-            self.config.max_clients,
-            "client",
-        );
-        let interface_ok = admit(
-            &names.interfaces,
-            interface_hash,
-            self.config.max_interfaces,
-            "interface",
-        );
-        // Overflowed names share the pair of their overflow value and are not remembered
-        // one by one, so a flood of new names costs no memory.
-        let key = (
-            if client_ok { client_hash } else { 0 },
-            if interface_ok { interface_hash } else { 0 },
-        );
-        if let Some(id) = names.pairs.get(&key) {
-            return *id;
-        }
-        // The pairs are capped too: names each under their caps still make their product.
-        let (key, client_ok, interface_ok) = if names.pairs.len() >= self.config.max_series {
-            self.label_overflow.with_label_values(&["series"]).inc();
-            if let Some(id) = names.pairs.get(&(0, 0)) {
-                return *id;
-            }
-            ((0, 0), false, false)
-        } else {
-            (key, client_ok, interface_ok)
-        };
-        // A name is copied once however many pairs hold it (a client calls many interfaces).
-        let hold = |set: &mut HashMap<u64, Name>, ok: bool, hash: u64, text: &str| {
-            if !ok {
-                return Arc::from(OVERFLOW);
-            }
-            let name = set.entry(hash).or_insert_with(|| Name {
-                text: Arc::from(text),
-                pairs: 0,
-            });
-            name.pairs += 1;
-            Arc::clone(&name.text)
-        };
-        let client = hold(&mut names.clients, client_ok, client_hash, client);
-        let interface = hold(
-            &mut names.interfaces,
-            interface_ok,
-            interface_hash,
-            interface,
-        );
-        let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
-        let slot = names.free.pop().unwrap_or_else(|| {
-            pairs.push(Slot::default());
-            u32::try_from(pairs.len() - 1).unwrap_or(u32::MAX)
-        });
-        let place = &mut pairs[slot as usize];
-        let id = slot | (place.generation << SLOT_BITS);
-        place.pair = Some(Arc::new(Pair {
-            id,
-            key,
-            client,
-            interface,
-            last_seen: AtomicU64::new(self.clock.load(Ordering::Relaxed)),
-            attempts: Default::default(),
-            violations: Default::default(),
-            discovery_reads: AtomicU64::new(0),
-            honored: AtomicU64::new(0),
-            last_violation: AtomicU64::new(0),
-            exemplars: Mutex::new(Vec::new()),
-        }));
-        names.pairs.insert(key, id);
-        id
-    }
-
-    fn pair(&self, id: u32) -> Option<Arc<Pair>> {
-        self.pairs
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get((id & ((1 << SLOT_BITS) - 1)) as usize)
-            .and_then(|slot| slot.pair.as_ref())
-            .filter(|p| p.id == id)
-            .cloned()
-    }
-
-    /// Advances the coarse clock pairs are stamped with (Unix seconds).
-    fn tick(&self, now_secs: u64) {
-        self.clock.store(now_secs, Ordering::Relaxed);
-    }
-
-    /// The periodic sweep at `now_secs` (Unix seconds): advances the clock and expires the
-    /// pairs with no attempt counted for `series_ttl` (when it is not 0). Returns how many
-    /// expired.
-    pub fn sweep(&self, now_secs: u64) -> usize {
-        self.tick(now_secs);
-        let ttl = self.config.series_ttl.as_secs();
-        if self.config.series_ttl.is_zero() {
-            return 0;
-        }
-        self.expire_series(ttl.max(1))
-    }
-
-    /// Expires the pairs with no attempt counted for `ttl` seconds: removes their series,
-    /// frees their names' places under the caps and their ids. Returns how many expired.
-    fn expire_series(&self, ttl: u64) -> usize {
-        let now = self.clock.load(Ordering::Relaxed);
-        let mut guard = self.names.lock().unwrap_or_else(PoisonError::into_inner);
-        let names = &mut *guard;
-        let mut pairs = self.pairs.write().unwrap_or_else(PoisonError::into_inner);
-        let mut expired = 0;
-        for (slot, place) in pairs.iter_mut().enumerate() {
-            let Some(p) = place.pair.as_ref() else {
-                continue;
-            };
-            if p.last_seen.load(Ordering::Relaxed).saturating_add(ttl) > now {
-                continue;
-            }
-            // Its series leave `/metrics` with it (see PairFamilies).
-            let p = Arc::clone(p);
-            names.pairs.remove(&p.key);
-            for (set, hash) in [
-                (&mut names.clients, p.key.0),
-                (&mut names.interfaces, p.key.1),
-            ] {
-                if let Some(n) = set.get_mut(&hash) {
-                    n.pairs -= 1;
-                    if n.pairs == 0 {
-                        set.remove(&hash);
-                    }
-                }
-            }
-            // The next pair in this slot has a new id: a stale id finds nothing.
-            place.pair = None;
-            place.generation = (place.generation + 1) & ((1 << (32 - SLOT_BITS)) - 1);
-            names.free.push(u32::try_from(slot).unwrap_or(u32::MAX));
-            expired += 1;
-        }
-        self.series_expired.inc_by(expired as u64);
-        expired
     }
 
     /// Records what the tracker reported.
@@ -877,36 +331,6 @@ impl Metrics {
         }
     }
 
-    /// What every live (client, interface) pair has counted: the console's fleet.
-    pub fn fleet(&self) -> Vec<PairFigures> {
-        let count = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        self.pairs
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .filter_map(|slot| slot.pair.as_ref())
-            .map(|p| PairFigures {
-                labels: p.id,
-                client: Arc::clone(&p.client),
-                interface: Arc::clone(&p.interface),
-                attempts: std::array::from_fn(|k| count(&p.attempts[k])),
-                violations: std::array::from_fn(|v| count(&p.violations[v])),
-                reads: count(&p.discovery_reads),
-                honored: count(&p.honored),
-                last_seen: p.last_seen.load(Ordering::Relaxed),
-                last_violation: p.last_violation.load(Ordering::Relaxed),
-                last_violation_trace: p
-                    .exemplars
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .iter()
-                    .filter(|(s, _)| matches!(s, Series::Violation(_)))
-                    .max_by_key(|(_, e)| e.at)
-                    .map(|(_, e)| e.trace_id),
-            })
-            .collect()
-    }
-
     /// The receivers', tracker's and exporter's figures the console shows.
     pub fn health(&self) -> Health {
         use prometheus::core::Collector;
@@ -984,46 +408,6 @@ impl Metrics {
         self.label_truncated.with_label_values(&[label]).inc();
     }
 
-    /// The most bytes one (client, interface) pair can add to `/metrics` with label values of
-    /// at most `max_label_bytes`: one line for each kind of attempt and each violation, one
-    /// for discovery reads and one for honored refusals, every label value as long as it may
-    /// be with each of its bytes escaped to two (`\\`, `\"`), every count 20 digits long. With
-    /// the default caps (128 bytes, 10,000 pairs and the overflow pair) `/metrics` is at most
-    /// 10,001 times this (9,270 bytes): 92.7 MB (88.4 MiB), and the other families' few
-    /// kilobytes.
-    pub fn max_pair_bytes(max_label_bytes: usize) -> usize {
-        // `name{client="…",interface="…"` and ` 18446744073709551615\n`.
-        let line = |name: &str| name.len() + r#"{client="",interface=""} "#.len() + 20 + 1;
-        let values = 2 * 2 * max_label_bytes;
-        let attempts: usize = Kind::ALL
-            .iter()
-            .map(|k| {
-                let (class, kind) = (k.class().as_str(), k.as_str());
-                let extra = format!(",class=\"{class}\",kind=\"{kind}\"");
-                line("refusal_gate_attempts_total") + extra.len() + values
-            })
-            .sum();
-        let violations: usize = Violation::ALL
-            .iter()
-            .map(|v| {
-                let extra = format!(",violation=\"{}\"", v.as_str());
-                line("refusal_gate_violations_total") + extra.len() + values
-            })
-            .sum();
-        attempts
-            + violations
-            + line("refusal_gate_discovery_reads_total")
-            + values
-            + line("refusal_gate_refusals_honored_total")
-            + values
-    }
-
-    /// The (client, interface) label values of a pair id.
-    pub fn label_names(&self, id: u32) -> Option<(Arc<str>, Arc<str>)> {
-        self.pair(id)
-            .map(|p| (p.client.clone(), p.interface.clone()))
-    }
-
     /// Counts one load of a discovery document.
     pub fn document_load(&self, interface: &str, outcome: &str) {
         self.document_loads
@@ -1047,7 +431,7 @@ impl Metrics {
     }
 
     /// Every metric in `format`: the 0.0.4 text format, or OpenMetrics text with an
-    /// exemplar on each series that has one (see [`Pair::exemplars`]).
+    /// exemplar on each series that has one (a pair keeps the latest of each, `pairs.rs`).
     pub fn render_as(&self, format: Format) -> String {
         if format == Format::Text {
             let mut buf = Vec::new();
@@ -1122,6 +506,7 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use super::pairs::SLOT_BITS;
     use super::*;
 
     fn counted(labels: u32) -> Event {
