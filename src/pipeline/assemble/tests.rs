@@ -1,7 +1,10 @@
 //! Tests of the join's pure parts: cycles of parent ids cut, and which HTTP span's time
 //! contains which protocol span's, against the plain reading of both.
 
-use super::*;
+use super::carriers::{contained, containing};
+use super::work::cut_cycles;
+use crate::extract::call::{Joined, Link};
+use crate::tracker::Nanos;
 use proptest::prelude::*;
 
 /// Spans `0..n` with the parents `parents` names (`None`: a root), each joined as nested.

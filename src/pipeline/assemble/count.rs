@@ -1,0 +1,436 @@
+//! Counting the calls a request's join found (DESIGN §11): each call's spans assembled
+//! into its attempts ([`crate::extract::call`]), what its spans were counted as before taken
+//! back while pending, the attempts given to the tracker and tagged — and the calls whose
+//! other side or parts may still come kept, held or remembered.
+//!
+//! Core, as the rest of the pipeline.
+
+use super::super::calls::{At, Batch, Bound, Call, Calls, Kept, RecentMember, SpanKey, State};
+use super::super::{place, Pipeline};
+use super::work::{From, Work};
+use super::Memory;
+use crate::discovery::{Declared, InterfaceRef, Interfaces};
+use crate::extract::call::{self, Role, Side};
+use crate::extract::{Attempt, Family, Owned};
+use crate::otlp::tags::SpanTags;
+use crate::tracker::{Event, Nanos, Observation, Retraction};
+use foldhash::HashSet;
+
+/// Where the request's nodes and roots stand: each one's place among the request's tags,
+/// and in its body.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Places<'r> {
+    pub(super) slots: &'r [Option<usize>],
+    pub(super) root_slots: &'r [Option<usize>],
+    pub(super) at: &'r [At],
+    pub(super) root_at: &'r [At],
+}
+
+/// What counting a call needs: the clock, where its events go, and, for the calls of a
+/// request, its tags and its count of attempts.
+pub(super) struct Counting<'r> {
+    pub(super) now: Nanos,
+    pub(super) events: &'r mut Vec<Event>,
+    pub(super) tags: Option<&'r mut SpanTags>,
+    pub(super) attempts: &'r mut u64,
+}
+
+impl Pipeline {
+    /// Counts the held calls the bounds forced out (and any they force out in turn).
+    pub(super) fn count_forced(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        mut forced: Vec<(Call, Bound)>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) {
+        while !forced.is_empty() {
+            let bags: Vec<Call> = forced
+                .drain(..)
+                .map(|(call, bound)| {
+                    self.metrics.held_forced(bound.as_str());
+                    call
+                })
+                .collect();
+            forced = self.count_kept(calls, interfaces, bags, now, events);
+        }
+    }
+
+    /// Counts kept calls as they are (their wait is over): every parent still awaited is
+    /// given up on. Returns the held calls that remembering them forced out.
+    pub(super) fn count_kept(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        bags: Vec<Call>,
+        now: Nanos,
+        events: &mut Vec<Event>,
+    ) -> Vec<(Call, Bound)> {
+        if bags.is_empty() {
+            return Vec::new();
+        }
+        let mut work = Work::with_capacity(bags.iter().map(|c| c.members.len()).sum());
+        self.push_kept(&mut work, &bags);
+        let mut attempts = 0;
+        let mut counting = Counting {
+            now,
+            events,
+            tags: None,
+            attempts: &mut attempts,
+        };
+        self.run(
+            calls,
+            interfaces,
+            &work,
+            &bags,
+            &mut counting,
+            Places::default(),
+            None,
+        )
+    }
+
+    /// Counts (or, when `may_hold`, holds) every call of the work set. Returns the held calls
+    /// the bounds forced out.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        work: &Work<'_>,
+        taken: &[Call],
+        counting: &mut Counting<'_>,
+        places: Places<'_>,
+        mut batch: Option<&mut Batch>,
+    ) -> Vec<(Call, Bound)> {
+        // The calls of a request may wait for spans to come; kept calls counted now may not.
+        let may_hold = batch.is_some();
+        let (joined, groups, cut) = work.calls();
+        if cut > 0 {
+            self.metrics.call_cycles_cut(cut);
+        }
+        let undeclared = |a: &Attempt<'_>| {
+            let origin = a.origin.as_ref().map(|o| o.as_str());
+            let interface = interfaces.resolve(origin, a.path);
+            interfaces.declared(interface, a.path) == Declared::No
+        };
+        // Every call of the work set at once: calls do not reach into each other.
+        let roles = call::assemble(&work.members, &joined, undeclared);
+        let mut forced = Vec::new();
+        let mut open: Vec<SpanKey> = Vec::new();
+        let mut counted: Vec<Observation> = Vec::new();
+        for group in groups.iter() {
+            let counted_before = group.iter().any(|&i| match work.from[i] {
+                From::Root(_) => true,
+                From::Kept { call, .. } => !taken[call].is_held(),
+                From::Node(_) => false,
+            });
+            open.clear();
+            open.extend(
+                group
+                    .iter()
+                    .filter(|&&i| work.open[i])
+                    .filter_map(|&i| work.parents[i]),
+            );
+            if may_hold && !open.is_empty() && !counted_before {
+                let since = group
+                    .iter()
+                    .filter_map(|&i| match work.from[i] {
+                        From::Kept { call, .. } => Some(taken[call].since),
+                        _ => None,
+                    })
+                    .min()
+                    .unwrap_or(counting.now);
+                let members = group.iter().map(|&i| kept(work, taken, i, false)).collect();
+                let state = State::Held { open: open.clone() };
+                forced.extend(calls.keep(Call {
+                    members,
+                    state,
+                    since,
+                }));
+                continue;
+            }
+            let kept_call = self.count_call(
+                interfaces,
+                work,
+                (&roles, group),
+                taken,
+                counting,
+                places,
+                &mut counted,
+            );
+            let parts = |i: usize| roles.roles[i] == Role::Part;
+            match kept_call {
+                Some(Memory::Remembered) => {
+                    let call = Call {
+                        members: group
+                            .iter()
+                            .map(|&i| kept(work, taken, i, parts(i)))
+                            .collect(),
+                        state: State::Counted {
+                            attempts: counted.clone(),
+                        },
+                        since: counting.now,
+                    };
+                    forced.extend(calls.keep(call));
+                }
+                Some(Memory::Recent) => {
+                    // Its client spans of this request by where they stand in it, the rest
+                    // (kept from an earlier request) copied whole.
+                    let at = |i: usize| match work.from[i] {
+                        _ if work.members[i].side != Side::Client => None,
+                        From::Node(n) => places.at.get(n).copied(),
+                        From::Root(n) => places.root_at.get(n).copied(),
+                        From::Kept { .. } => None,
+                    };
+                    if let Some(batch) = batch.as_deref_mut() {
+                        let members = group.iter().map(|&i| match at(i) {
+                            Some(at) => Ok(RecentMember {
+                                key: work.keys[i],
+                                parent: work.parents[i],
+                                at,
+                                skipped: parts(i),
+                            }),
+                            None => Err(Box::new(kept(work, taken, i, parts(i)))),
+                        });
+                        batch.call(members, &counted);
+                    }
+                }
+                None => {}
+            }
+        }
+        forced
+    }
+
+    /// Counts one call of the work set (the spans `group`, whose `roles` are assembled): takes
+    /// back what its spans were counted as before, counts its attempts and tags them (a client
+    /// attempt on an observed interface only once its server's side is in: never with a verdict
+    /// that is not the call's). Says how long to keep it when more of it may still come (its
+    /// attempts left in `counted`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn count_call(
+        &self,
+        interfaces: &Interfaces,
+        work: &Work<'_>,
+        (calls, group): (&call::Calls<'_>, &[usize]),
+        taken: &[Call],
+        counting: &mut Counting<'_>,
+        places: Places<'_>,
+        counted: &mut Vec<Observation>,
+    ) -> Option<Memory> {
+        // What its spans were counted as before: taken back while pending; a settled attempt
+        // stays, and is not counted again — nor is one the tracker no longer holds (settled
+        // early by a flooded key and gone from its history, or its key evicted): it was
+        // counted, and counting it again would count the call twice.
+        let mut settled: Vec<SpanKey> = Vec::new();
+        let mut taken_from: Option<usize> = None;
+        let mut retract = |obs: &Observation| {
+            if self.tracker.retract(obs) != Retraction::Retracted {
+                settled.push((obs.trace_id, obs.span_id));
+            }
+        };
+        for &i in group {
+            match work.from[i] {
+                From::Kept { call, .. } if taken_from != Some(call) => {
+                    taken_from = Some(call);
+                    if let State::Counted { attempts } = &taken[call].state {
+                        attempts.iter().for_each(&mut retract);
+                    }
+                }
+                From::Root(_) => {
+                    retract(&self.observation_again(interfaces, &work.members[i].attempt));
+                    // Counted by its request as an attempt of its own: now part of a call.
+                    *counting.attempts = counting.attempts.saturating_sub(1);
+                }
+                _ => {}
+            }
+        }
+        counted.clear();
+        let mut remember = false;
+        let has_server = group
+            .iter()
+            .any(|&i| matches!(work.members[i].side, Side::Server(_)));
+        // A part under a client attempt may come after it (§11.1–2): only HTTP spans have none.
+        let may_grow = group.iter().any(|&i| {
+            let m = &work.members[i];
+            m.side == Side::Client && m.attempt.family != Family::Http
+        });
+        let slot_of = |i: usize| match work.from[i] {
+            From::Node(n) => places.slots.get(n).copied().flatten(),
+            From::Root(n) => places.root_slots.get(n).copied().flatten(),
+            From::Kept { .. } => None,
+        };
+        for &i in group {
+            match calls.attempt(i) {
+                None => {
+                    let before = match work.from[i] {
+                        From::Kept { call, member } => taken[call].members[member].skipped,
+                        _ => false,
+                    };
+                    if !before {
+                        self.metrics.span_skipped("same_call");
+                    }
+                    if let (Some(slot), Some(tags)) = (slot_of(i), counting.tags.as_deref_mut()) {
+                        tags.write(slot, |_| {});
+                    }
+                }
+                Some(call::Assembled { attempt, interface }) => {
+                    if !settled.is_empty() && settled.contains(&work.keys[i]) {
+                        continue;
+                    }
+                    let mut ids = self.client_ids(attempt.client);
+                    let p = match interface {
+                        Some(index) => {
+                            let mut room = None;
+                            let path = attempt.path_or_grpc(&mut room);
+                            let configured = InterfaceRef::Configured(*index);
+                            self.place_in(interfaces, configured, attempt, path, ids.id)
+                        }
+                        None => self.place(interfaces, attempt, ids.id),
+                    };
+                    let observed = interfaces.client_from(p.interface).is_some();
+                    let client = work.members[i].side == Side::Client;
+                    if client && (observed || attempt.origin.is_none()) {
+                        remember = true;
+                    }
+                    // Its server's side still to come: its verdict is not the call's yet.
+                    let provisional = client && observed && !has_server;
+                    let labels = self.labels(&mut ids, p.group.interface, p.interface_name);
+                    let obs = place::observation(&p, attempt, labels);
+                    *counting.attempts += 1;
+                    let judged = self.tracker.observe(
+                        counting.now,
+                        &obs,
+                        &attempt.operation,
+                        counting.events,
+                    );
+                    let Some(judgement) = judged else {
+                        self.metrics.span_skipped("duplicate");
+                        continue;
+                    };
+                    counted.push(obs);
+                    let Some((slot, tags)) = slot_of(i).zip(counting.tags.as_deref_mut()) else {
+                        continue;
+                    };
+                    if provisional {
+                        tags.write(slot, |_| {});
+                    } else if !attempt.tagged {
+                        let reason = p.reason.to_string();
+                        let max = self.metrics.max_label_bytes();
+                        tags.write(slot, |buf| {
+                            place::write_place_tags(buf, &reason, p.interface_name, max);
+                            place::write_verdict_tags(buf, &judgement);
+                        });
+                    }
+                }
+            }
+        }
+        Memory::of(remember, may_grow)
+    }
+
+    /// Counts the held calls whose wait is over at `now` (all of them when `all`).
+    pub(in crate::pipeline) fn release_held(&self, now: Nanos, all: bool, out: &mut Vec<Event>) {
+        let mut calls = self.calls();
+        if calls.is_empty() {
+            return;
+        }
+        let interfaces = self.catalog.current();
+        let due = calls.due(now, all);
+        let window = self.tracker.reorder_window();
+        let mut forced = Vec::new();
+        for call in due {
+            // Counted as at the end of its wait, not at the sweep's or the scrape's: what its
+            // client sent after it is still pending then, and is judged with it (whatever
+            // the order, §11), not settled first because the sweep came late.
+            let at = match all {
+                true => now,
+                false => call.since.saturating_add(window).min(now),
+            };
+            forced.extend(self.count_kept(&mut calls, &interfaces, vec![call], at, out));
+        }
+        self.count_forced(&mut calls, &interfaces, forced, now, out);
+        self.held_gauge(&calls);
+    }
+
+    pub(super) fn held_gauge(&self, calls: &Calls) {
+        self.held
+            .store(calls.spans(), std::sync::atomic::Ordering::Relaxed);
+        let (spans, bytes) = calls.recent();
+        self.metrics
+            .set_held(calls.spans() + spans, calls.bytes() + bytes);
+    }
+}
+/// Remembers each attempt counted at once whose other side is expected and that no span of
+/// the request joined (`known`).
+pub(super) fn keep_counted(
+    calls: &mut Calls,
+    remember: Vec<(SpanKey, Owned, Observation)>,
+    known: &HashSet<SpanKey>,
+    now: Nanos,
+    forced: &mut Vec<(Call, Bound)>,
+) {
+    for (k, facts, obs) in remember {
+        if known.contains(&k) {
+            continue;
+        }
+        let call = Call {
+            members: vec![Kept {
+                facts,
+                side: Side::Client,
+                named: false,
+                key: k,
+                parent: None,
+                carrier: None,
+                skipped: false,
+            }],
+            state: State::Counted {
+                attempts: vec![obs],
+            },
+            since: now,
+        };
+        forced.extend(calls.keep(call));
+    }
+}
+
+/// Marks the spans whose parent is still to come: not among the spans, not a span the request
+/// had, and (for a kept span) still awaited by its call.
+pub(super) fn mark_open(
+    work: &mut Work<'_>,
+    taken: &[Call],
+    known: &HashSet<SpanKey>,
+    seen: impl Fn(&SpanKey) -> bool,
+) {
+    for i in 0..work.members.len() {
+        let Some(p) = work.parents[i] else { continue };
+        if known.contains(&p) || seen(&p) {
+            continue;
+        }
+        work.open[i] = match work.from[i] {
+            From::Node(_) => true,
+            From::Root(_) => false,
+            From::Kept { call, .. } => match &taken[call].state {
+                State::Held { open } => open.contains(&p),
+                State::Counted { .. } => false,
+            },
+        };
+    }
+}
+
+/// Span `i` of the work set, kept: its facts owned (or moved from the call it was kept in).
+pub(super) fn kept(work: &Work<'_>, taken: &[Call], i: usize, skipped: bool) -> Kept {
+    if let From::Kept { call, member } = work.from[i] {
+        let mut k = taken[call].members[member].clone();
+        k.skipped |= skipped;
+        return k;
+    }
+    let m = &work.members[i];
+    Kept {
+        facts: Owned::of(&m.attempt),
+        side: m.side,
+        named: m.named,
+        key: work.keys[i],
+        parent: work.parents[i],
+        carrier: work.carriers[i],
+        skipped,
+    }
+}

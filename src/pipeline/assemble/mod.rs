@@ -1,0 +1,429 @@
+//! One call, one attempt (DESIGN §9, §11), wired: the spans of a request that may be part of
+//! a call with others, joined with each other and with the calls kept from earlier requests,
+//! assembled ([`crate::extract::call`]), and counted — or held for the rest of their call.
+//!
+//! Core, as the rest of the pipeline: no sockets, no clock. A request's CLIENT spans that name
+//! no parent are attempts at once (the hot path: while nothing is kept and no span of the
+//! request names a parent, they cost nothing more); the others, and every SERVER span of an
+//! observed interface, are *nodes*, joined once the whole request has been read, under one
+//! lock of [`Calls`]. A call none of whose spans waits for a
+//! parent still to come is counted; a span of it counted earlier (an attempt on its own, or
+//! the call before a late span arrived) is taken back from the tracker first while it is
+//! pending, so the call is counted once whatever the order its spans came in.
+
+use super::calls::{key, At, Call, Calls, SpanKey};
+use super::{place, Pipeline, RequestState};
+use crate::discovery::{InterfaceRef, Interfaces};
+use crate::extract::call::{Member, Side};
+use crate::extract::{self, Attempt, Client, Owned, UNKNOWN_CLIENT};
+use crate::otlp::wire::SpanRef;
+use crate::otlp::SpanView;
+use crate::tracker::Observation;
+use bytes::Bytes;
+use foldhash::{HashMap, HashSet};
+
+mod carriers;
+mod count;
+mod joins;
+mod work;
+
+pub(super) use carriers::carriers;
+use count::{keep_counted, mark_open, Counting, Places};
+use joins::NodeMeta;
+pub(super) use joins::{Joins, Memory, Node, Root};
+use work::{From, Work};
+
+/// A client nobody named.
+const UNKNOWN: Client<'static> = Client {
+    name: UNKNOWN_CLIENT,
+    instance: None,
+};
+
+impl Pipeline {
+    /// A SERVER span of the resource sent by an observed interface's server, as a node.
+    pub(super) fn server_node<'a>(
+        &self,
+        interfaces: &Interfaces,
+        index: usize,
+        span: &SpanRef<'a>,
+        slot: Option<usize>,
+    ) -> Option<Node<'a>> {
+        let attempt = match extract::extract_server(UNKNOWN, span, self.max_attributes) {
+            Ok(attempt) => attempt,
+            Err(skip) => {
+                self.metrics.span_skipped(skip.label());
+                return None;
+            }
+        };
+        let client_from = interfaces
+            .client_from(InterfaceRef::Configured(index))
+            .unwrap_or_default();
+        let named = extract::server_client(span, client_from, self.max_attributes);
+        let parent = (!attempt.parent_span_id.is_empty())
+            .then(|| key(attempt.trace_id, attempt.parent_span_id));
+        Some(Node {
+            key: key(attempt.trace_id, attempt.span_id),
+            parent,
+            carrier: None,
+            slot,
+            // A server's span is never kept for a late part (it is remembered, observed).
+            at: At::default(),
+            member: Member {
+                attempt: Attempt {
+                    client: named.unwrap_or(UNKNOWN),
+                    ..attempt
+                },
+                side: Side::Server(index),
+                named: named.is_some(),
+            },
+        })
+    }
+
+    /// Joins the request's spans with each other and with the kept calls, counts every call
+    /// that waits for nothing more, and keeps the rest (DESIGN §11).
+    pub(super) fn assemble<'a>(
+        &self,
+        r: &mut RequestState<'_>,
+        interfaces: &Interfaces,
+        joins: Joins<'a>,
+        (body, owner): (&'a [u8], Option<&Bytes>),
+    ) {
+        let mut calls = self.calls();
+        let Joins {
+            members,
+            nodes,
+            mut seen,
+            mut roots,
+            remember,
+            recent,
+            unrecorded,
+            ..
+        } = joins;
+        if nodes.is_empty() && seen.is_empty() {
+            // Spans that name no parent, none named by another: nothing to join (every flat
+            // export).
+            let mut forced = Vec::new();
+            let none = HashSet::default();
+            keep_counted(&mut calls, remember, &none, r.now, &mut forced);
+            if let Some(batch) = recent {
+                calls.keep_recent((body, owner), batch, r.now);
+            }
+            self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
+            self.held_gauge(&calls);
+            return;
+        }
+        // Parents read before recording began (a parent before its child in one export).
+        let missing: HashSet<SpanKey> = if unrecorded == 0 {
+            HashSet::default()
+        } else {
+            let have: HashSet<SpanKey> = nodes
+                .iter()
+                .map(|n| n.key)
+                .chain(seen.iter().map(|s| s.0))
+                .collect();
+            nodes
+                .iter()
+                .filter_map(|n| n.parent)
+                .filter(|p| !have.contains(p) && !calls.holds(p))
+                .collect()
+        };
+        if !missing.is_empty() {
+            for (k, root) in self.read_again(body, unrecorded, &missing) {
+                let at = root.map(|root| {
+                    roots.push(root);
+                    (roots.len() - 1) as u32
+                });
+                seen.push((k, at));
+            }
+        }
+        let mut taken: Vec<Call> = Vec::new();
+        let mut known: HashSet<SpanKey> =
+            HashSet::with_capacity_and_hasher(2 * nodes.len(), Default::default());
+        // The request's nodes, each once; a span kept already is an exporter's retry.
+        let mut fresh: Vec<usize> = Vec::with_capacity(nodes.len());
+        for (i, n) in nodes.iter().enumerate() {
+            if calls.holds(&n.key) || !known.insert(n.key) {
+                self.metrics.span_skipped("duplicate");
+                continue;
+            }
+            fresh.push(i);
+        }
+        self.skip_counted(&mut calls, &nodes, &mut fresh, r);
+        // The kept calls and the request's roots that join them, found from the nodes out.
+        let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
+            HashMap::default()
+        } else {
+            let mut at = HashMap::with_capacity_and_hasher(seen.len(), Default::default());
+            at.extend(seen.iter().copied());
+            at
+        };
+        let mut used_roots: Vec<usize> = Vec::new();
+        let mut frontier: Vec<(SpanKey, Option<SpanKey>)> = fresh
+            .iter()
+            .map(|&i| (nodes[i].key, nodes[i].parent))
+            .collect();
+        if calls.any_awaiting() {
+            for (k, root) in &seen {
+                if let Some(call) = calls.take_awaiting(k) {
+                    frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                    known.extend(call.members.iter().map(|m| m.key));
+                    taken.push(call);
+                    if let Some(root) = root {
+                        if known.insert(*k) {
+                            used_roots.push(*root as usize);
+                        }
+                    }
+                }
+            }
+        }
+        while let Some((k, parent)) = frontier.pop() {
+            while let Some(call) = calls.take_awaiting(&k) {
+                frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                known.extend(call.members.iter().map(|m| m.key));
+                taken.push(call);
+            }
+            let Some(p) = parent.filter(|p| !known.contains(p)) else {
+                continue;
+            };
+            // A span of the request that is no attempt is in no call counted before it.
+            let call = if seen_at.get(&p) == Some(&None) {
+                calls.take_held_member(&p)
+            } else {
+                let read = |body: &[u8], at: At| read_again(body, at, self.max_attributes);
+                calls.take_member(&p, read, |facts| self.recount(interfaces, facts))
+            };
+            if let Some(call) = call {
+                frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
+                known.extend(call.members.iter().map(|m| m.key));
+                taken.push(call);
+            } else if let Some(Some(root)) = seen_at.get(&p) {
+                known.insert(p);
+                used_roots.push(*root as usize);
+                frontier.push((p, None));
+            }
+        }
+        // The work set: nodes (their attempts moved, not copied), roots read again, and the
+        // kept spans.
+        let root_spans: Vec<Option<SpanRef<'a>>> = used_roots
+            .iter()
+            .map(|&i| SpanRef::parse(roots[i].bytes).ok())
+            .collect();
+        let kept_spans: usize = taken.iter().map(|c| c.members.len()).sum();
+        let mut members = members;
+        if fresh.len() < nodes.len() {
+            let mut at = fresh.iter().peekable();
+            let mut i = 0;
+            members.retain(|_| {
+                let keep = at.next_if_eq(&&i).is_some();
+                i += 1;
+                keep
+            });
+        }
+        members.reserve(used_roots.len() + kept_spans);
+        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
+        let mut work = Work::with_members(members, fresh.len() + used_roots.len() + kept_spans);
+        for &i in &fresh {
+            let n = &nodes[i];
+            work.describe(n.key, n.parent, n.carrier, From::Node(i));
+        }
+        for (at, span) in used_roots.iter().zip(&root_spans) {
+            let root = &roots[*at];
+            let Some(attempt) = span
+                .as_ref()
+                .and_then(|s| extract::extract(root.client, s, self.max_attributes).ok())
+            else {
+                continue;
+            };
+            let k = key(attempt.trace_id, attempt.span_id);
+            let member = Member {
+                attempt,
+                side: Side::Client,
+                named: false,
+            };
+            work.push(member, k, None, From::Root(*at));
+        }
+        self.push_kept(&mut work, &taken);
+        let has_seen = |k: &SpanKey| seen_at.contains_key(k);
+        mark_open(&mut work, &taken, &known, has_seen);
+        let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
+        let node_at: Vec<At> = nodes.iter().map(|n| n.at).collect();
+        let root_at: Vec<At> = roots.iter().map(|r| r.at).collect();
+        let places = Places {
+            slots: &slots,
+            root_slots: &root_slots,
+            at: &node_at,
+            root_at: &root_at,
+        };
+        // The request's roots kept for a late part first: a call that joined one is added
+        // after it, and takes its place.
+        let mut batch = match recent {
+            Some(mut batch) => {
+                batch.drop_joined(|k| known.contains(k));
+                batch
+            }
+            None => calls.recent_batch(),
+        };
+        let mut counting = Counting {
+            now: r.now,
+            events: &mut r.events,
+            tags: r.tags.as_deref_mut(),
+            attempts: &mut r.summary.attempts,
+        };
+        let forced = self.run(
+            &mut calls,
+            interfaces,
+            &work,
+            &taken,
+            &mut counting,
+            places,
+            Some(&mut batch),
+        );
+        drop(work);
+        drop(root_spans);
+        // Attempts counted at once whose other side may come: kept, unless joined above.
+        let mut forced = forced;
+        keep_counted(&mut calls, remember, &known, r.now, &mut forced);
+        calls.keep_recent((body, owner), batch, r.now);
+        self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
+        self.held_gauge(&calls);
+    }
+
+    /// Takes out of `fresh` the nodes of calls counted already whose kept spans were forgotten
+    /// past a bound ([`Calls::was_counted`]): each names such a span as its parent, or a node
+    /// taken out so. Each is skipped as `same_call`, forwarded without verdict tags, and
+    /// remembered in turn, so that the rest of its call is never counted as a call of its own.
+    fn skip_counted(
+        &self,
+        calls: &mut Calls,
+        nodes: &[NodeMeta],
+        fresh: &mut Vec<usize>,
+        r: &mut RequestState<'_>,
+    ) {
+        let counted = |n: &NodeMeta| n.parent.is_some_and(|p| calls.was_counted(&p));
+        if !fresh.iter().any(|&i| counted(&nodes[i])) {
+            return;
+        }
+        // Their descendants among the request's nodes, found from them down.
+        let mut children: HashMap<SpanKey, Vec<usize>> = HashMap::default();
+        for &i in fresh.iter() {
+            if let Some(p) = nodes[i].parent {
+                children.entry(p).or_default().push(i);
+            }
+        }
+        let mut skip = vec![false; nodes.len()];
+        let mut stack: Vec<usize> = fresh
+            .iter()
+            .copied()
+            .filter(|&i| counted(&nodes[i]))
+            .collect();
+        while let Some(i) = stack.pop() {
+            if std::mem::replace(&mut skip[i], true) {
+                continue;
+            }
+            stack.extend(children.get(&nodes[i].key).into_iter().flatten());
+        }
+        fresh.retain(|&i| !skip[i]);
+        for (n, _) in nodes.iter().zip(&skip).filter(|(_, skipped)| **skipped) {
+            self.metrics.span_skipped("same_call");
+            calls.counted_gone(n.key, r.now);
+            if let (Some(slot), Some(tags)) = (n.slot, r.tags.as_deref_mut()) {
+                tags.write(slot, |_| {});
+            }
+        }
+    }
+
+    /// What an attempt counted at once (a root) was given to the tracker as, made again from
+    /// it as it was made then (its metric labels aside: taking back does not look at them).
+    fn observation_again(&self, interfaces: &Interfaces, a: &Attempt<'_>) -> Observation {
+        let ids = self.client_ids(a.client);
+        let p = self.place(interfaces, a, ids.id);
+        place::observation(&p, a, 0)
+    }
+
+    /// [`Pipeline::observation_again`] of a root kept for a late part, from its facts.
+    fn recount(&self, interfaces: &Interfaces, facts: &Owned) -> Observation {
+        self.observation_again(interfaces, &facts.attempt())
+    }
+
+    /// The first `spans` spans of the request whose keys are `wanted`, read again: each key,
+    /// and the attempt it was when it was one (counted at once: a root).
+    fn read_again<'a>(
+        &self,
+        body: &'a [u8],
+        spans: u32,
+        wanted: &HashSet<SpanKey>,
+    ) -> Vec<(SpanKey, Option<Root<'a>>)> {
+        use crate::otlp::wire;
+        let mut out = Vec::new();
+        let mut decoded = 0u32;
+        for resource_spans in wire::each(body, 1).map_while(Result::ok) {
+            let client = match wire::ResourceRef::of(resource_spans) {
+                Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
+                Err(_) => extract::client(|_| {}),
+            };
+            for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+                for bytes in wire::each(scope_spans, 2).map_while(Result::ok) {
+                    if decoded == spans {
+                        return out;
+                    }
+                    let Ok(span) = SpanRef::parse(bytes) else {
+                        continue;
+                    };
+                    let slot = decoded as usize;
+                    decoded += 1;
+                    let k = key(span.trace_id(), span.span_id());
+                    if !wanted.contains(&k) {
+                        continue;
+                    }
+                    let root = extract::extract(client, &span, self.max_attributes)
+                        .is_ok()
+                        .then_some(Root {
+                            bytes,
+                            client,
+                            slot: Some(slot),
+                            at: At::of(body, resource_spans, bytes),
+                        });
+                    out.push((k, root));
+                }
+            }
+        }
+        out
+    }
+
+    /// Adds the spans of the calls taken out to the work set.
+    fn push_kept<'w>(&self, work: &mut Work<'w>, taken: &'w [Call]) {
+        for (c, call) in taken.iter().enumerate() {
+            for (m, kept) in call.members.iter().enumerate() {
+                let member = Member {
+                    attempt: kept.facts.attempt(),
+                    side: kept.side,
+                    named: kept.named,
+                };
+                work.push(
+                    member,
+                    kept.key,
+                    kept.parent,
+                    From::Kept { call: c, member: m },
+                );
+                *work.carriers.last_mut().expect("pushed") = kept.carrier;
+            }
+        }
+    }
+}
+
+/// The facts of the span that stands `at` in `body`, read again (`None` when it no longer
+/// reads as an attempt).
+fn read_again(body: &[u8], at: At, max_attributes: usize) -> Option<Owned> {
+    use crate::otlp::wire;
+    let (resource, span) = at.read(body)?;
+    let client = match wire::ResourceRef::of(resource) {
+        Ok(resource) => extract::client(|f| resource.attributes(max_attributes, f)),
+        Err(_) => extract::client(|_| {}),
+    };
+    let span = SpanRef::parse(span).ok()?;
+    let attempt = extract::extract(client, &span, max_attributes).ok()?;
+    Some(Owned::of(&attempt))
+}
+
+#[cfg(test)]
+mod tests;
