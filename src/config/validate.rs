@@ -6,13 +6,18 @@
 use super::{Config, ConfigError};
 
 impl Config {
+    /// Every check, section by section; the first that fails is the error.
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key: String, problem: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                problem: problem.to_owned(),
-            })
-        };
+        self.check_receivers()?;
+        self.check_tracker()?;
+        self.check_metrics_and_alerting()?;
+        self.check_exporters()?;
+        self.check_admin()?;
+        self.check_interfaces()
+    }
+
+    /// `receivers:` and the listeners' limits.
+    fn check_receivers(&self) -> Result<(), ConfigError> {
         if self.receivers.otlp.http.max_request_body_size_mib == 0 {
             return invalid(
                 "receivers.otlp.http.max_request_body_size_mib".into(),
@@ -65,6 +70,11 @@ impl Config {
                 "must be at least 1",
             );
         }
+        Ok(())
+    }
+
+    /// `tracker:`.
+    fn check_tracker(&self) -> Result<(), ConfigError> {
         if self.tracker.max_keys == 0 {
             return invalid("tracker.max_keys".into(), "must be at least 1");
         }
@@ -80,6 +90,11 @@ impl Config {
                 "must be at least tracker.probe_window, or refusals expire before they can be honored",
             );
         }
+        Ok(())
+    }
+
+    /// `metrics:` and `alerting:`.
+    fn check_metrics_and_alerting(&self) -> Result<(), ConfigError> {
         if self.metrics.max_clients == 0 {
             return invalid("metrics.max_clients".into(), "must be at least 1");
         }
@@ -114,6 +129,11 @@ impl Config {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `exporters:`: each next hop and its queue.
+    fn check_exporters(&self) -> Result<(), ConfigError> {
         if let Some(otlp) = &self.exporters.otlp {
             check_next_hop("exporters.otlp", &otlp.endpoint, otlp.tls.as_ref())?;
             if otlp.queue_size == 0
@@ -142,6 +162,11 @@ impl Config {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `admin.ui`.
+    fn check_admin(&self) -> Result<(), ConfigError> {
         if let Some(url) = &self.admin.ui.trace_url {
             // The console renders it as a link: a `javascript:` or `data:` template would be
             // a script a click runs.
@@ -159,6 +184,11 @@ impl Config {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// `interfaces:`: names, URLs, documents, endpoints and observed servers, each unique where it must be.
+    fn check_interfaces(&self) -> Result<(), ConfigError> {
         let mut names = std::collections::HashSet::new();
         let mut observed = std::collections::HashSet::new();
         for (i, interface) in self.interfaces.iter().enumerate() {
@@ -250,6 +280,14 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The error for `key`, which has `problem`.
+fn invalid(key: String, problem: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        problem: problem.to_owned(),
+    })
 }
 
 /// The checks of an exporter's next hop (`key` is its section): an `http://` or `https://`
