@@ -101,6 +101,17 @@ struct Supervisor {
 }
 
 impl Supervisor {
+    /// A supervisor of a process that is ready, and where the ends of its tasks are reported.
+    fn new() -> (Supervisor, mpsc::UnboundedReceiver<&'static str>) {
+        let (ended, ends) = mpsc::unbounded_channel();
+        let supervisor = Supervisor {
+            ready: Arc::new(AtomicBool::new(true)),
+            stopping: Arc::new(AtomicBool::new(false)),
+            ended,
+        };
+        (supervisor, ends)
+    }
+
     /// `task`, named `name`, reporting its end unless shutdown began. An unbounded channel:
     /// it carries at most one message per task.
     fn watch(
@@ -389,12 +400,19 @@ async fn reload_tls_files(tls: Vec<Arc<Tls>>) {
     }
 }
 
-impl Server {
-    /// Binds every port, then starts serving.
-    ///
-    /// # Errors
-    /// When a port cannot be bound; nothing has been spawned then.
-    pub async fn start(config: &Config) -> anyhow::Result<Server> {
+/// Every port bound, with its TLS and the tokens its requests must carry.
+struct Ports {
+    /// OTLP/gRPC, OTLP/HTTP, admin.
+    listeners: [serve::Listener; 3],
+    tls: [Option<Arc<Tls>>; 3],
+    receiver_tokens: Arc<Tokens>,
+    admin_tokens: Arc<Tokens>,
+    bound: Bound,
+}
+
+impl Ports {
+    /// Reads the TLS files and tokens, then binds the three ports.
+    async fn open(config: &Config) -> anyhow::Result<Ports> {
         let load_tls = |c: &Option<TlsConfig>, what: &str, alpn: &[&[u8]]| {
             c.as_ref()
                 .map(|c| {
@@ -405,17 +423,19 @@ impl Server {
                 .transpose()
         };
         // gRPC needs HTTP/2; the HTTP receiver and the admin endpoint speak HTTP/1.1.
-        let grpc_tls = load_tls(
-            &config.receivers.otlp.grpc.tls,
-            "receivers.otlp.grpc",
-            &[b"h2"],
-        )?;
-        let http_tls = load_tls(
-            &config.receivers.otlp.http.tls,
-            "receivers.otlp.http",
-            &[b"http/1.1"],
-        )?;
-        let admin_tls = load_tls(&config.admin.tls, "admin", &[b"http/1.1"])?;
+        let tls = [
+            load_tls(
+                &config.receivers.otlp.grpc.tls,
+                "receivers.otlp.grpc",
+                &[b"h2"],
+            )?,
+            load_tls(
+                &config.receivers.otlp.http.tls,
+                "receivers.otlp.http",
+                &[b"http/1.1"],
+            )?,
+            load_tls(&config.admin.tls, "admin", &[b"http/1.1"])?,
+        ];
         let receiver_tokens = Arc::new(
             Tokens::load(&config.receivers.otlp.auth, &config.base_dir)
                 .map_err(|e| anyhow::anyhow!("receivers.otlp.auth: {e}"))?,
@@ -428,16 +448,39 @@ impl Server {
         let http_listener = bind(config.receivers.otlp.http.endpoint, "OTLP/HTTP").await?;
         let admin_listener = bind(config.admin.endpoint, "admin").await?;
         let mut listeners = listeners(config, [grpc_listener, http_listener, admin_listener]);
-        for (l, tls) in listeners.iter_mut().zip([&grpc_tls, &http_tls, &admin_tls]) {
+        for (l, tls) in listeners.iter_mut().zip(&tls) {
             l.tls = tls.clone();
         }
-        let [grpc_listener, http_listener, admin_listener] = listeners;
         let bound = Bound {
-            grpc: grpc_listener.tcp.local_addr()?,
-            http: http_listener.tcp.local_addr()?,
-            admin: admin_listener.tcp.local_addr()?,
+            grpc: listeners[0].tcp.local_addr()?,
+            http: listeners[1].tcp.local_addr()?,
+            admin: listeners[2].tcp.local_addr()?,
         };
+        Ok(Ports {
+            listeners,
+            tls,
+            receiver_tokens,
+            admin_tokens,
+            bound,
+        })
+    }
+}
 
+/// The pipeline made from the configuration (its state restored), and the clients its
+/// tasks send with.
+struct Made {
+    pipeline: Arc<Pipeline>,
+    downstream: Option<export::Downstream>,
+    pusher: Option<crate::push::Pusher>,
+    state_file: Option<std::path::PathBuf>,
+    /// For discovery documents and alert delivery.
+    http_client: reqwest::Client,
+}
+
+impl Made {
+    /// Loads the local documents, makes the pipeline and its exporters, and restores the
+    /// state file.
+    fn new(config: &Config) -> anyhow::Result<Made> {
         let (interfaces, documents, reports) = loader::load_local(config);
         let mut pipeline = Pipeline::new(
             Arc::new(Catalog::new(interfaces, documents)),
@@ -489,51 +532,160 @@ impl Server {
         }
         let http_client = loader::http_client()
             .context("cannot build the HTTP client for discovery documents")?;
-        let ready = Arc::new(AtomicBool::new(true));
-        let (ended_tx, ended) = mpsc::unbounded_channel();
-        let supervisor = Supervisor {
-            ready: Arc::clone(&ready),
-            stopping: Arc::new(AtomicBool::new(false)),
-            ended: ended_tx,
-        };
+        Ok(Made {
+            pipeline,
+            downstream,
+            pusher,
+            state_file,
+            http_client,
+        })
+    }
+}
+
+/// Spawns the OTLP/gRPC receiver (with the Gate API beside it) and the OTLP/HTTP receiver on
+/// their listeners, each stopped by `stop`.
+fn spawn_receivers(
+    config: &Config,
+    (pipeline, tokens, supervisor): (&Arc<Pipeline>, &Arc<Tokens>, &Supervisor),
+    [(grpc_listener, grpc_metrics), (http_listener, http_metrics)]: [(serve::Listener, crate::metrics::ListenerMetrics);
+        2],
+    rx_stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
+    let mib = |n: u64| usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    let receiver_tokens = tokens;
+    let mut receivers = JoinSet::new();
+    let trace_service = grpc::TraceService::new(
+        Arc::clone(pipeline),
+        mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
+        Arc::clone(receiver_tokens),
+        Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
+    );
+    let grpc_routes = tonic::service::Routes::new(trace_service)
+        .add_service(Gate::server(
+            Arc::clone(pipeline),
+            Arc::clone(receiver_tokens),
+            rx_stop.clone(),
+            mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
+        ))
+        .prepare();
+    receivers.spawn(supervisor.watch(
+        "OTLP/gRPC receiver",
+        serve::serve(grpc_listener, grpc_routes, grpc_metrics, rx_stop.clone()),
+    ));
+
+    let http_router = http::router(
+        Arc::clone(pipeline),
+        mib(config.receivers.otlp.http.max_request_body_size_mib),
+        Arc::clone(receiver_tokens),
+        Limit::new(config.receivers.otlp.http.max_concurrent_requests),
+    );
+    receivers.spawn(supervisor.watch(
+        "OTLP/HTTP receiver",
+        serve::serve(http_listener, http_router, http_metrics, rx_stop),
+    ));
+    receivers
+}
+
+/// Spawns the delivery of alerts to Alertmanager, when one is configured; the alerts'
+/// `generatorURL` is the admin endpoint's alert list.
+#[allow(clippy::type_complexity)]
+fn spawn_delivery(
+    config: &Config,
+    (pipeline, supervisor): (&Arc<Pipeline>, &Supervisor),
+    http_client: &reqwest::Client,
+    bound: &Bound,
+) -> Option<(Arc<alert::delivery::Delivery>, tokio::task::JoinHandle<()>)> {
+    config.alerting.alertmanager.as_ref().map(|am| {
+        let delivery = Arc::new(alert::delivery::Delivery::new(
+            Arc::clone(pipeline.alerter()),
+            http_client.clone(),
+            am,
+            format!("http://{}/api/v1/alerts", bound.admin),
+        ));
+        let task = tokio::spawn(supervisor.watch("alert delivery", Arc::clone(&delivery).run()));
+        (delivery, task)
+    })
+}
+
+/// A set of one task, `what`, watched by the supervisor.
+fn spawn_one(
+    supervisor: &Supervisor,
+    what: &'static str,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    set.spawn(supervisor.watch(what, task));
+    set
+}
+
+/// Spawns the background workers: the certificate reloader, the state writer (when a state
+/// file is kept, every `state_interval`) and the sweeper.
+fn spawn_workers(
+    config: &Config,
+    (pipeline, supervisor): (&Arc<Pipeline>, &Supervisor),
+    tls: Vec<Arc<Tls>>,
+    (state_file, state_writing): (Option<std::path::PathBuf>, Arc<Mutex<()>>),
+) -> JoinSet<()> {
+    let mut workers = JoinSet::new();
+    workers.spawn(supervisor.watch("certificate reloader", reload_tls_files(tls.clone())));
+    if let Some(path) = state_file {
+        let every = config.tracker.state_interval;
+        if !every.is_zero() {
+            let pipeline = Arc::clone(pipeline);
+            workers.spawn(supervisor.watch(
+                "state writer",
+                write_state_every(pipeline, path, every, Arc::clone(&state_writing)),
+            ));
+        }
+    }
+    let sweep_pipeline = Arc::clone(pipeline);
+    workers.spawn(supervisor.watch("sweeper", async move {
+        let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            // On the blocking pool: the sweep waits for the held calls' lock, which a large
+            // request's join may hold, and an async worker must not wait there.
+            let pipeline = Arc::clone(&sweep_pipeline);
+            let _ = tokio::task::spawn_blocking(move || pipeline.sweep(crate::clock::now())).await;
+        }
+    }));
+    workers
+}
+
+impl Server {
+    /// Binds every port, then starts serving.
+    ///
+    /// # Errors
+    /// When a port cannot be bound; nothing has been spawned then.
+    pub async fn start(config: &Config) -> anyhow::Result<Server> {
+        let Ports {
+            listeners: [grpc_listener, http_listener, admin_listener],
+            tls,
+            receiver_tokens,
+            admin_tokens,
+            bound,
+        } = Ports::open(config).await?;
+        let Made {
+            pipeline,
+            downstream,
+            pusher,
+            state_file,
+            http_client,
+        } = Made::new(config)?;
+        let (supervisor, ended) = Supervisor::new();
+        let ready = Arc::clone(&supervisor.ready);
         let (stop_receivers, rx_stop) = watch::channel(false);
         let (stop_admin, admin_stop) = watch::channel(false);
-        let mib = |n: u64| usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
-
-        let mut receivers = JoinSet::new();
-        let trace_service = grpc::TraceService::new(
-            Arc::clone(&pipeline),
-            mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
-            Arc::clone(&receiver_tokens),
-            Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
-        );
-        let grpc_routes = tonic::service::Routes::new(trace_service)
-            .add_service(Gate::server(
-                Arc::clone(&pipeline),
-                Arc::clone(&receiver_tokens),
-                rx_stop.clone(),
-                mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
-            ))
-            .prepare();
         let [grpc_metrics, http_metrics, admin_metrics] =
             [&grpc_listener, &http_listener, &admin_listener]
                 .map(|l| pipeline.metrics().listener(l.name, l.tls.is_some()));
-        receivers.spawn(supervisor.watch(
-            "OTLP/gRPC receiver",
-            serve::serve(grpc_listener, grpc_routes, grpc_metrics, rx_stop.clone()),
-        ));
-
-        let http_router = http::router(
-            Arc::clone(&pipeline),
-            mib(config.receivers.otlp.http.max_request_body_size_mib),
-            Arc::clone(&receiver_tokens),
-            Limit::new(config.receivers.otlp.http.max_concurrent_requests),
+        let receivers = spawn_receivers(
+            config,
+            (&pipeline, &receiver_tokens, &supervisor),
+            [(grpc_listener, grpc_metrics), (http_listener, http_metrics)],
+            rx_stop,
         );
-        receivers.spawn(supervisor.watch(
-            "OTLP/HTTP receiver",
-            serve::serve(http_listener, http_router, http_metrics, rx_stop),
-        ));
-
         let admin_router = admin::router(
             Arc::clone(&pipeline),
             Arc::clone(&ready),
@@ -541,72 +693,41 @@ impl Server {
             admin_stop.clone(),
             config.admin.ui.trace_url.clone(),
         );
-        let mut admin = JoinSet::new();
-        admin.spawn(supervisor.watch(
+        let admin = spawn_one(
+            &supervisor,
             "admin endpoint",
             serve::serve(admin_listener, admin_router, admin_metrics, admin_stop),
-        ));
-        let tls: Vec<Arc<Tls>> = [grpc_tls, http_tls, admin_tls]
-            .into_iter()
-            .flatten()
-            .collect();
-        let mut workers = JoinSet::new();
-        workers.spawn(supervisor.watch("certificate reloader", reload_tls_files(tls.clone())));
+        );
+        let tls: Vec<Arc<Tls>> = tls.into_iter().flatten().collect();
         let state_writing = Arc::new(Mutex::new(()));
-        if let Some(path) = state_file.clone() {
-            let every = config.tracker.state_interval;
-            if !every.is_zero() {
-                let pipeline = Arc::clone(&pipeline);
-                workers.spawn(supervisor.watch(
-                    "state writer",
-                    write_state_every(pipeline, path, every, Arc::clone(&state_writing)),
-                ));
-            }
-        }
-        let sweep_pipeline = Arc::clone(&pipeline);
-        workers.spawn(supervisor.watch("sweeper", async move {
-            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                // On the blocking pool: the sweep waits for the held calls' lock, which a large
-                // request's join may hold, and an async worker must not wait there.
-                let pipeline = Arc::clone(&sweep_pipeline);
-                let _ =
-                    tokio::task::spawn_blocking(move || pipeline.sweep(crate::clock::now())).await;
-            }
-        }));
+        let workers = spawn_workers(
+            config,
+            (&pipeline, &supervisor),
+            tls.clone(),
+            (state_file.clone(), Arc::clone(&state_writing)),
+        );
 
         tracing::info!(
             grpc = %bound.grpc, http = %bound.http, admin = %bound.admin,
             interfaces = pipeline.catalog().current().len(),
             "refusal-gate is serving."
         );
-        let sender = match (pipeline.exporter(), downstream) {
-            (Some(exporter), Some(downstream)) => {
-                let exporter = Arc::clone(exporter);
-                Some(tokio::spawn(supervisor.watch("exporter", async move {
-                    exporter.run(downstream).await
-                })))
-            }
-            _ => None,
-        };
+        let sender =
+            pipeline
+                .exporter()
+                .map(Arc::clone)
+                .zip(downstream)
+                .map(|(exporter, downstream)| {
+                    tokio::spawn(
+                        supervisor.watch("exporter", async move { exporter.run(downstream).await }),
+                    )
+                });
         let (stop_push, push_stop) = watch::channel(false);
         let push = pusher.map(|pusher| {
             let task = pusher.run(Arc::clone(&pipeline), push_stop);
             tokio::spawn(supervisor.watch("metrics push", task))
         });
-        let delivery = config.alerting.alertmanager.as_ref().map(|am| {
-            let delivery = Arc::new(alert::delivery::Delivery::new(
-                Arc::clone(pipeline.alerter()),
-                http_client.clone(),
-                am,
-                format!("http://{}/api/v1/alerts", bound.admin),
-            ));
-            let task =
-                tokio::spawn(supervisor.watch("alert delivery", Arc::clone(&delivery).run()));
-            (delivery, task)
-        });
+        let delivery = spawn_delivery(config, (&pipeline, &supervisor), &http_client, &bound);
         let server = Server {
             bound,
             pipeline,
