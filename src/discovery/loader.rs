@@ -297,6 +297,18 @@ pub fn load_local(
     let mut configs = config.interfaces.clone();
     let mut documents = HashMap::new();
     let mut reports = Vec::new();
+    load_configured_files(config, &mut documents, &mut reports);
+    load_found(config, &mut configs, &mut documents, &mut reports);
+    (configs, documents, reports)
+}
+
+/// The file documents of the configured interfaces, each put in `documents` by interface
+/// name, each load reported.
+fn load_configured_files(
+    config: &Config,
+    documents: &mut HashMap<String, Contract>,
+    reports: &mut Vec<LoadReport>,
+) {
     for interface in &config.interfaces {
         let Some(file) = interface
             .discovery
@@ -330,6 +342,16 @@ pub fn load_local(
             Err((outcome, e)) => reports.push(report(outcome, Some(e))),
         }
     }
+}
+
+/// The interfaces found by `interfaces_from`'s globs: each document that names an interface
+/// no other has is one (added to `configs`, its document to `documents`), each load reported.
+fn load_found(
+    config: &Config,
+    configs: &mut Vec<InterfaceConfig>,
+    documents: &mut HashMap<String, Contract>,
+    reports: &mut Vec<LoadReport>,
+) {
     for pattern in &config.interfaces_from {
         let full = resolve(&config.base_dir, Path::new(pattern));
         let paths = match glob::glob(&full.to_string_lossy()) {
@@ -393,7 +415,6 @@ pub fn load_local(
             });
         }
     }
-    (configs, documents, reports)
 }
 
 /// One fetch's result.
