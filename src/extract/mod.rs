@@ -453,36 +453,9 @@ fn read<'a>(
         .status
         .or(s.status_legacy)
         .and_then(|c| u16::try_from(c).ok());
-    let rpc_status = s.rpc_response_status.or(s.rpc_status);
-    let (jsonrpc_code, grpc_code) = if family == Family::Grpc {
-        let code = s
-            .grpc_status
-            .and_then(|c| i32::try_from(c).ok())
-            .or_else(|| rpc_status.and_then(grpc_code));
-        (None, code)
-    } else {
-        let from_error_type = match family {
-            Family::Mcp | Family::A2a | Family::JsonRpc => {
-                s.error_type.and_then(|t| t.trim().parse::<i64>().ok())
-            }
-            _ => None,
-        };
-        let code = s
-            .jsonrpc_error_code
-            .and_then(as_int)
-            .or_else(|| rpc_status.and_then(as_int))
-            .or(from_error_type)
-            .filter(|c| *c != 0);
-        (code, None)
-    };
+    let (jsonrpc_code, grpc_code) = codes(&s, family);
 
-    let mut timeout = s.error_type.filter(|t| says_timeout(t));
-    if timeout.is_none() {
-        span.exceptions(&mut |t, _| {
-            timeout = t.filter(|t| says_timeout(t));
-            timeout.is_some()
-        });
-    }
+    let timeout = timeout_of(&s, span);
     // Codes in words (DESIGN §11.4): a protocol span that gives its JSON-RPC error only as
     // its message.
     let jsonrpc_code = match family {
@@ -492,27 +465,7 @@ fn read<'a>(
         _ => jsonrpc_code,
     };
 
-    let operation = match family {
-        Family::Http => Operation::new(http_method.unwrap_or(""), path.unwrap_or("/"), false),
-        Family::Grpc => {
-            let (verb, target) = grpc_operation(s.rpc_service, s.rpc_method, span.name());
-            Operation::new(verb, target, true)
-        }
-        Family::Mcp | Family::A2a | Family::JsonRpc => {
-            let method = s
-                .mcp_method
-                .or(s.a2a_method)
-                .or(s.rpc_method)
-                .unwrap_or(span.name());
-            let target = s
-                .tool
-                .or(s.prompt)
-                .or(s.resource_uri)
-                .or_else(|| target_in_name(span.name(), method))
-                .unwrap_or("");
-            Operation::new(method, target, false)
-        }
-    };
+    let operation = operation_of(&s, family, span, (http_method, path));
 
     Ok(Attempt {
         client,
@@ -540,6 +493,80 @@ fn read<'a>(
         span_id: span.span_id(),
         parent_span_id: span.parent_span_id(),
     })
+}
+
+/// The JSON-RPC code and the gRPC status code a span's attributes give (by its family): a
+/// gRPC span's status, else a JSON-RPC error code, from its attribute, its RPC status, or an
+/// integer `error.type` on a protocol span; 0 is none.
+#[inline]
+fn codes(s: &Slots<'_>, family: Family) -> (Option<i64>, Option<i32>) {
+    let rpc_status = s.rpc_response_status.or(s.rpc_status);
+    if family == Family::Grpc {
+        let code = s
+            .grpc_status
+            .and_then(|c| i32::try_from(c).ok())
+            .or_else(|| rpc_status.and_then(grpc_code));
+        (None, code)
+    } else {
+        let from_error_type = match family {
+            Family::Mcp | Family::A2a | Family::JsonRpc => {
+                s.error_type.and_then(|t| t.trim().parse::<i64>().ok())
+            }
+            _ => None,
+        };
+        let code = s
+            .jsonrpc_error_code
+            .and_then(as_int)
+            .or_else(|| rpc_status.and_then(as_int))
+            .or(from_error_type)
+            .filter(|c| *c != 0);
+        (code, None)
+    }
+}
+
+/// The timeout a span reports: its `error.type`, or an exception's type, saying one.
+#[inline]
+fn timeout_of<'a>(s: &Slots<'a>, span: &dyn SpanView<'a>) -> Option<&'a str> {
+    let mut timeout = s.error_type.filter(|t| says_timeout(t));
+    if timeout.is_none() {
+        span.exceptions(&mut |t, _| {
+            timeout = t.filter(|t| says_timeout(t));
+            timeout.is_some()
+        });
+    }
+    timeout
+}
+
+/// The operation of an attempt of `family`: an HTTP method and path, a gRPC service and
+/// method, or a protocol method and its tool, prompt or resource.
+#[inline]
+fn operation_of<'a>(
+    s: &Slots<'a>,
+    family: Family,
+    span: &dyn SpanView<'a>,
+    (http_method, path): (Option<&'a str>, Option<&'a str>),
+) -> Operation<'a> {
+    match family {
+        Family::Http => Operation::new(http_method.unwrap_or(""), path.unwrap_or("/"), false),
+        Family::Grpc => {
+            let (verb, target) = grpc_operation(s.rpc_service, s.rpc_method, span.name());
+            Operation::new(verb, target, true)
+        }
+        Family::Mcp | Family::A2a | Family::JsonRpc => {
+            let method = s
+                .mcp_method
+                .or(s.a2a_method)
+                .or(s.rpc_method)
+                .unwrap_or(span.name());
+            let target = s
+                .tool
+                .or(s.prompt)
+                .or(s.resource_uri)
+                .or_else(|| target_in_name(span.name(), method))
+                .unwrap_or("");
+            Operation::new(method, target, false)
+        }
+    }
 }
 
 /// The JSON-RPC standard errors by message (JSON-RPC 2.0 §5.1).
