@@ -289,8 +289,22 @@ pub fn assemble<'a>(
             });
         }
     }
-    // Server spans: each to the client attempt of its call, or an attempt of its own.
-    let up = Up::of(members, joined, &below, &order);
+    let attached = server_attempts(members, joined, (&below, &order), &mut out);
+    attach(members, attached, &mut out);
+    out
+}
+
+/// The server spans of a call: each attached to the client attempt of its call (with the
+/// server spans in front of it), or an attempt of its own in `out`. Returns the attached, as
+/// (attempt span, server span).
+fn server_attempts<'a>(
+    members: &[Member<'a>],
+    joined: &[Joined],
+    (below, order): (&Below, &[usize]),
+    out: &mut Calls<'a>,
+) -> Vec<(usize, usize)> {
+    let n = members.len();
+    let up = Up::of(members, joined, below, order);
     let mut attached: Vec<(usize, usize)> = Vec::new();
     // The attempt each server span in front of another was attached to, so that a gateway's
     // span in front of many is walked to once.
@@ -336,6 +350,11 @@ pub fn assemble<'a>(
             }
         }
     }
+    attached
+}
+
+/// Gives each client attempt the facts of the server spans attached to it.
+fn attach<'a>(members: &[Member<'a>], mut attached: Vec<(usize, usize)>, out: &mut Calls<'a>) {
     // Server spans attached to a client attempt, carried ones (the protocol's) first: they
     // say more of the call than the HTTP spans carrying them.
     attached.sort_by_key(|&(a, s)| (a, members[s].attempt.family == Family::Http, s));
@@ -350,7 +369,6 @@ pub fn assemble<'a>(
         }
         found.attempt = with_server(&found.attempt, &members[s].attempt);
     }
-    out
 }
 
 /// What stands below each span of a call, found in one pass.
