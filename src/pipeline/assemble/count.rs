@@ -6,7 +6,7 @@
 //! Core, as the rest of the pipeline.
 
 use super::super::calls::{At, Batch, Bound, Call, Calls, Kept, RecentMember, SpanKey, State};
-use super::super::{place, Pipeline};
+use super::super::{place, Pipeline, RequestState};
 use super::work::{From, Work};
 use super::Memory;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
@@ -33,6 +33,18 @@ pub(super) struct Counting<'r> {
     pub(super) events: &'r mut Vec<Event>,
     pub(super) tags: Option<&'r mut SpanTags>,
     pub(super) attempts: &'r mut u64,
+}
+
+impl<'r> Counting<'r> {
+    /// What counting the calls of request `r` needs.
+    pub(super) fn of(r: &'r mut RequestState<'_>) -> Counting<'r> {
+        Counting {
+            now: r.now,
+            events: &mut r.events,
+            tags: r.tags.as_deref_mut(),
+            attempts: &mut r.summary.attempts,
+        }
+    }
 }
 
 impl Pipeline {

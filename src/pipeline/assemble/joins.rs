@@ -83,6 +83,14 @@ impl Memory {
     }
 }
 
+/// A span of the request that is not a node: its key, and its index in `Joins::roots` when
+/// it was an attempt.
+pub(super) type Seen = (SpanKey, Option<u32>);
+
+/// An attempt counted at once whose call's other side may still come: its span's key, its
+/// facts and what it was counted as.
+pub(super) type Remembered = (SpanKey, Owned, Observation);
+
 /// What a request's spans say of their calls.
 #[derive(Default)]
 pub(in crate::pipeline) struct Joins<'a> {
@@ -92,13 +100,13 @@ pub(in crate::pipeline) struct Joins<'a> {
     pub nodes: Vec<NodeMeta>,
     /// Every other span since recording began: its key, and its index in `roots` when it was
     /// an attempt.
-    pub seen: Vec<(SpanKey, Option<u32>)>,
+    pub seen: Vec<Seen>,
     /// The attempts counted at once, since recording began.
     pub roots: Vec<Root<'a>>,
     /// The parents `nodes` name, so that a span named before it comes is a node too.
     pub awaited: HashSet<SpanKey>,
     /// Attempts counted at once whose call's other side may still come: remembered.
-    pub remember: Vec<(SpanKey, Owned, Observation)>,
+    pub remember: Vec<Remembered>,
     /// Attempts counted at once, whole, that a late part of their own may still join: kept
     /// for the reorder window ([`Memory::Recent`]).
     pub recent: Option<Batch>,

@@ -11,7 +11,7 @@
 //! the call before a late span arrived) is taken back from the tracker first while it is
 //! pending, so the call is counted once whatever the order its spans came in.
 
-use super::calls::{key, At, Call, Calls, SpanKey};
+use super::calls::{key, At, Batch, Bound, Call, Calls, SpanKey};
 use super::{place, Pipeline, RequestState};
 use crate::discovery::{InterfaceRef, Interfaces};
 use crate::extract::call::{Member, Side};
@@ -29,8 +29,8 @@ mod work;
 
 pub(super) use carriers::carriers;
 use count::{keep_counted, mark_open, Counting, Places};
-use joins::NodeMeta;
 pub(super) use joins::{Joins, Memory, Node, Root};
+use joins::{NodeMeta, Remembered, Seen};
 use work::{From, Work};
 
 /// A client nobody named.
@@ -102,44 +102,108 @@ impl Pipeline {
         if nodes.is_empty() && seen.is_empty() {
             // Spans that name no parent, none named by another: nothing to join (every flat
             // export).
-            let mut forced = Vec::new();
-            let none = HashSet::default();
-            keep_counted(&mut calls, remember, &none, r.now, &mut forced);
-            if let Some(batch) = recent {
-                calls.keep_recent((body, owner), batch, r.now);
-            }
-            self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
-            self.held_gauge(&calls);
-            return;
+            let kept = (remember, recent, &HashSet::default());
+            return self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, Vec::new());
         }
         // Parents read before recording began (a parent before its child in one export).
-        let missing: HashSet<SpanKey> = if unrecorded == 0 {
-            HashSet::default()
-        } else {
-            let have: HashSet<SpanKey> = nodes
-                .iter()
-                .map(|n| n.key)
-                .chain(seen.iter().map(|s| s.0))
-                .collect();
-            nodes
-                .iter()
-                .filter_map(|n| n.parent)
-                .filter(|p| !have.contains(p) && !calls.holds(p))
-                .collect()
-        };
-        if !missing.is_empty() {
-            for (k, root) in self.read_again(body, unrecorded, &missing) {
-                let at = root.map(|root| {
-                    roots.push(root);
-                    (roots.len() - 1) as u32
-                });
-                seen.push((k, at));
-            }
+        if unrecorded > 0 {
+            self.read_missing(&calls, body, unrecorded, &nodes, (&mut seen, &mut roots));
         }
-        let mut taken: Vec<Call> = Vec::new();
         let mut known: HashSet<SpanKey> =
             HashSet::with_capacity_and_hasher(2 * nodes.len(), Default::default());
-        // The request's nodes, each once; a span kept already is an exporter's retry.
+        let mut fresh = self.fresh(&calls, &nodes, &mut known);
+        self.skip_counted(&mut calls, &nodes, &mut fresh, r);
+        // The kept calls and the request's roots that join them, found from the nodes out.
+        let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
+            HashMap::default()
+        } else {
+            seen.iter().copied().collect()
+        };
+        let (taken, used_roots) = self.take_joined(
+            &mut calls,
+            interfaces,
+            (&fresh, &nodes),
+            (&seen, &seen_at),
+            &mut known,
+        );
+        // The work set: nodes (their attempts moved, not copied), roots read again, and the
+        // kept spans.
+        let root_spans: Vec<Option<SpanRef<'a>>> = used_roots
+            .iter()
+            .map(|&i| SpanRef::parse(roots[i].bytes).ok())
+            .collect();
+        let kept_spans: usize = taken.iter().map(|c| c.members.len()).sum();
+        let mut members = only_fresh(members, &fresh);
+        members.reserve(used_roots.len() + kept_spans);
+        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
+        let mut work = Work::with_members(members, fresh.len() + used_roots.len() + kept_spans);
+        for &i in &fresh {
+            let n = &nodes[i];
+            work.describe(n.key, n.parent, n.carrier, From::Node(i));
+        }
+        self.push_roots(&mut work, &used_roots, &root_spans, &roots);
+        self.push_kept(&mut work, &taken);
+        let has_seen = |k: &SpanKey| seen_at.contains_key(k);
+        mark_open(&mut work, &taken, &known, has_seen);
+        let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
+        let (node_at, root_at): (Vec<At>, Vec<At>) = (
+            nodes.iter().map(|n| n.at).collect(),
+            roots.iter().map(|r| r.at).collect(),
+        );
+        let places = Places {
+            slots: &slots,
+            root_slots: &root_slots,
+            at: &node_at,
+            root_at: &root_at,
+        };
+        // The request's roots kept for a late part first: a call that joined one is added
+        // after it, and takes its place.
+        let mut batch = match recent {
+            Some(mut batch) => {
+                batch.drop_joined(|k| known.contains(k));
+                batch
+            }
+            None => calls.recent_batch(),
+        };
+        let mut counting = Counting::of(r);
+        let forced = self.run(
+            &mut calls,
+            interfaces,
+            &work,
+            &taken,
+            &mut counting,
+            places,
+            Some(&mut batch),
+        );
+        drop(work);
+        drop(root_spans);
+        let kept = (remember, Some(batch), &known);
+        self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, forced);
+    }
+
+    /// Keeps what a request leaves to come: the attempts counted at once whose other side may
+    /// come (unless a span of the request joined them: `known`), and the calls kept for a late
+    /// part; then counts the held calls a bound forced out (`forced` and any more).
+    fn keep_rest(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        (remember, recent, known): (Vec<Remembered>, Option<Batch>, &HashSet<SpanKey>),
+        body: (&[u8], Option<&Bytes>),
+        r: &mut RequestState<'_>,
+        mut forced: Vec<(Call, Bound)>,
+    ) {
+        keep_counted(calls, remember, known, r.now, &mut forced);
+        if let Some(batch) = recent {
+            calls.keep_recent(body, batch, r.now);
+        }
+        self.count_forced(calls, interfaces, forced, r.now, &mut r.events);
+        self.held_gauge(calls);
+    }
+
+    /// The request's nodes, each once, by index (a span kept already, or twice in the request,
+    /// is an exporter's retry: skipped as a duplicate); `known` gets their keys.
+    fn fresh(&self, calls: &Calls, nodes: &[NodeMeta], known: &mut HashSet<SpanKey>) -> Vec<usize> {
         let mut fresh: Vec<usize> = Vec::with_capacity(nodes.len());
         for (i, n) in nodes.iter().enumerate() {
             if calls.holds(&n.key) || !known.insert(n.key) {
@@ -148,22 +212,89 @@ impl Pipeline {
             }
             fresh.push(i);
         }
-        self.skip_counted(&mut calls, &nodes, &mut fresh, r);
-        // The kept calls and the request's roots that join them, found from the nodes out.
-        let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
-            HashMap::default()
-        } else {
-            let mut at = HashMap::with_capacity_and_hasher(seen.len(), Default::default());
-            at.extend(seen.iter().copied());
-            at
-        };
+        fresh
+    }
+
+    /// Adds to the work set the request's roots that joined a call (`used`, by index in
+    /// `roots`), each read again from its span (`spans`, in the same order).
+    fn push_roots<'w>(
+        &self,
+        work: &mut Work<'w>,
+        used: &[usize],
+        spans: &'w [Option<SpanRef<'w>>],
+        roots: &[Root<'w>],
+    ) {
+        for (at, span) in used.iter().zip(spans) {
+            let root = &roots[*at];
+            let Some(attempt) = span
+                .as_ref()
+                .and_then(|s| extract::extract(root.client, s, self.max_attributes).ok())
+            else {
+                continue;
+            };
+            let k = key(attempt.trace_id, attempt.span_id);
+            let member = Member {
+                attempt,
+                side: Side::Client,
+                named: false,
+            };
+            work.push(member, k, None, From::Root(*at));
+        }
+    }
+
+    /// Reads again the first `unrecorded` spans of the request for the parents `nodes` name
+    /// that are neither nodes nor seen nor kept (a parent before its child in one export),
+    /// adding them to `seen` (and the attempts among them to `roots`).
+    fn read_missing<'a>(
+        &self,
+        calls: &Calls,
+        body: &'a [u8],
+        unrecorded: u32,
+        nodes: &[NodeMeta],
+        (seen, roots): (&mut Vec<Seen>, &mut Vec<Root<'a>>),
+    ) {
+        let have: HashSet<SpanKey> = nodes
+            .iter()
+            .map(|n| n.key)
+            .chain(seen.iter().map(|s| s.0))
+            .collect();
+        let missing: HashSet<SpanKey> = nodes
+            .iter()
+            .filter_map(|n| n.parent)
+            .filter(|p| !have.contains(p) && !calls.holds(p))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        for (k, root) in self.read_again(body, unrecorded, &missing) {
+            let at = root.map(|root| {
+                roots.push(root);
+                (roots.len() - 1) as u32
+            });
+            seen.push((k, at));
+        }
+    }
+
+    /// The kept calls the request's nodes join, taken out, and the request's roots that join
+    /// them (by index in `roots`), found from the nodes out: each call waiting for one of
+    /// their spans, and each holding a parent one of them names. `known` gets every span
+    /// found.
+    fn take_joined(
+        &self,
+        calls: &mut Calls,
+        interfaces: &Interfaces,
+        (fresh, nodes): (&[usize], &[NodeMeta]),
+        (seen, seen_at): (&[Seen], &HashMap<SpanKey, Option<u32>>),
+        known: &mut HashSet<SpanKey>,
+    ) -> (Vec<Call>, Vec<usize>) {
+        let mut taken: Vec<Call> = Vec::new();
         let mut used_roots: Vec<usize> = Vec::new();
         let mut frontier: Vec<(SpanKey, Option<SpanKey>)> = fresh
             .iter()
             .map(|&i| (nodes[i].key, nodes[i].parent))
             .collect();
         if calls.any_awaiting() {
-            for (k, root) in &seen {
+            for (k, root) in seen {
                 if let Some(call) = calls.take_awaiting(k) {
                     frontier.extend(call.members.iter().map(|m| (m.key, m.parent)));
                     known.extend(call.members.iter().map(|m| m.key));
@@ -202,90 +333,7 @@ impl Pipeline {
                 frontier.push((p, None));
             }
         }
-        // The work set: nodes (their attempts moved, not copied), roots read again, and the
-        // kept spans.
-        let root_spans: Vec<Option<SpanRef<'a>>> = used_roots
-            .iter()
-            .map(|&i| SpanRef::parse(roots[i].bytes).ok())
-            .collect();
-        let kept_spans: usize = taken.iter().map(|c| c.members.len()).sum();
-        let mut members = members;
-        if fresh.len() < nodes.len() {
-            let mut at = fresh.iter().peekable();
-            let mut i = 0;
-            members.retain(|_| {
-                let keep = at.next_if_eq(&&i).is_some();
-                i += 1;
-                keep
-            });
-        }
-        members.reserve(used_roots.len() + kept_spans);
-        let slots: Vec<Option<usize>> = nodes.iter().map(|n| n.slot).collect();
-        let mut work = Work::with_members(members, fresh.len() + used_roots.len() + kept_spans);
-        for &i in &fresh {
-            let n = &nodes[i];
-            work.describe(n.key, n.parent, n.carrier, From::Node(i));
-        }
-        for (at, span) in used_roots.iter().zip(&root_spans) {
-            let root = &roots[*at];
-            let Some(attempt) = span
-                .as_ref()
-                .and_then(|s| extract::extract(root.client, s, self.max_attributes).ok())
-            else {
-                continue;
-            };
-            let k = key(attempt.trace_id, attempt.span_id);
-            let member = Member {
-                attempt,
-                side: Side::Client,
-                named: false,
-            };
-            work.push(member, k, None, From::Root(*at));
-        }
-        self.push_kept(&mut work, &taken);
-        let has_seen = |k: &SpanKey| seen_at.contains_key(k);
-        mark_open(&mut work, &taken, &known, has_seen);
-        let root_slots: Vec<Option<usize>> = roots.iter().map(|r| r.slot).collect();
-        let node_at: Vec<At> = nodes.iter().map(|n| n.at).collect();
-        let root_at: Vec<At> = roots.iter().map(|r| r.at).collect();
-        let places = Places {
-            slots: &slots,
-            root_slots: &root_slots,
-            at: &node_at,
-            root_at: &root_at,
-        };
-        // The request's roots kept for a late part first: a call that joined one is added
-        // after it, and takes its place.
-        let mut batch = match recent {
-            Some(mut batch) => {
-                batch.drop_joined(|k| known.contains(k));
-                batch
-            }
-            None => calls.recent_batch(),
-        };
-        let mut counting = Counting {
-            now: r.now,
-            events: &mut r.events,
-            tags: r.tags.as_deref_mut(),
-            attempts: &mut r.summary.attempts,
-        };
-        let forced = self.run(
-            &mut calls,
-            interfaces,
-            &work,
-            &taken,
-            &mut counting,
-            places,
-            Some(&mut batch),
-        );
-        drop(work);
-        drop(root_spans);
-        // Attempts counted at once whose other side may come: kept, unless joined above.
-        let mut forced = forced;
-        keep_counted(&mut calls, remember, &known, r.now, &mut forced);
-        calls.keep_recent((body, owner), batch, r.now);
-        self.count_forced(&mut calls, interfaces, forced, r.now, &mut r.events);
-        self.held_gauge(&calls);
+        (taken, used_roots)
     }
 
     /// Takes out of `fresh` the nodes of calls counted already whose kept spans were forgotten
@@ -409,6 +457,20 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// The nodes' members whose indices are in `fresh` (sorted), the rest dropped.
+fn only_fresh<'a>(mut members: Vec<Member<'a>>, fresh: &[usize]) -> Vec<Member<'a>> {
+    if fresh.len() < members.len() {
+        let mut at = fresh.iter().peekable();
+        let mut i = 0;
+        members.retain(|_| {
+            let keep = at.next_if_eq(&&i).is_some();
+            i += 1;
+            keep
+        });
+    }
+    members
 }
 
 /// The facts of the span that stands `at` in `body`, read again (`None` when it no longer
