@@ -145,21 +145,7 @@ impl Pipeline {
                     .filter_map(|&i| work.parents[i]),
             );
             if may_hold && !open.is_empty() && !counted_before {
-                let since = group
-                    .iter()
-                    .filter_map(|&i| match work.from[i] {
-                        From::Kept { call, .. } => Some(taken[call].since),
-                        _ => None,
-                    })
-                    .min()
-                    .unwrap_or(counting.now);
-                let members = group.iter().map(|&i| kept(work, taken, i, false)).collect();
-                let state = State::Held { open: open.clone() };
-                forced.extend(calls.keep(Call {
-                    members,
-                    state,
-                    since,
-                }));
+                forced.extend(calls.keep(held(work, group, taken, (&open, counting.now))));
                 continue;
             }
             let kept_call = self.count_call(
@@ -187,24 +173,8 @@ impl Pipeline {
                     forced.extend(calls.keep(call));
                 }
                 Some(Memory::Recent) => {
-                    // Its client spans of this request by where they stand in it, the rest
-                    // (kept from an earlier request) copied whole.
-                    let at = |i: usize| match work.from[i] {
-                        _ if work.members[i].side != Side::Client => None,
-                        From::Node(n) => places.at.get(n).copied(),
-                        From::Root(n) => places.root_at.get(n).copied(),
-                        From::Kept { .. } => None,
-                    };
                     if let Some(batch) = batch.as_deref_mut() {
-                        let members = group.iter().map(|&i| match at(i) {
-                            Some(at) => Ok(RecentMember {
-                                key: work.keys[i],
-                                parent: work.parents[i],
-                                at,
-                                skipped: parts(i),
-                            }),
-                            None => Err(Box::new(kept(work, taken, i, parts(i)))),
-                        });
+                        let members = recent_members(work, group, taken, places, parts);
                         batch.call(members, &counted);
                     }
                 }
@@ -230,33 +200,7 @@ impl Pipeline {
         places: Places<'_>,
         counted: &mut Vec<Observation>,
     ) -> Option<Memory> {
-        // What its spans were counted as before: taken back while pending; a settled attempt
-        // stays, and is not counted again — nor is one the tracker no longer holds (settled
-        // early by a flooded key and gone from its history, or its key evicted): it was
-        // counted, and counting it again would count the call twice.
-        let mut settled: Vec<SpanKey> = Vec::new();
-        let mut taken_from: Option<usize> = None;
-        let mut retract = |obs: &Observation| {
-            if self.tracker.retract(obs) != Retraction::Retracted {
-                settled.push((obs.trace_id, obs.span_id));
-            }
-        };
-        for &i in group {
-            match work.from[i] {
-                From::Kept { call, .. } if taken_from != Some(call) => {
-                    taken_from = Some(call);
-                    if let State::Counted { attempts } = &taken[call].state {
-                        attempts.iter().for_each(&mut retract);
-                    }
-                }
-                From::Root(_) => {
-                    retract(&self.observation_again(interfaces, &work.members[i].attempt));
-                    // Counted by its request as an attempt of its own: now part of a call.
-                    *counting.attempts = counting.attempts.saturating_sub(1);
-                }
-                _ => {}
-            }
-        }
+        let settled = self.take_back(interfaces, (work, group), taken, counting);
         counted.clear();
         let mut remember = false;
         let has_server = group
@@ -340,6 +284,43 @@ impl Pipeline {
         Memory::of(remember, may_grow)
     }
 
+    /// Takes back what the spans of a call (`group`) were counted as before, while pending;
+    /// returns the spans of those that stay — settled, or no longer held by the tracker
+    /// (settled early by a flooded key and gone from its history, or its key evicted): they
+    /// were counted, and counting them again would count the call twice.
+    fn take_back(
+        &self,
+        interfaces: &Interfaces,
+        (work, group): (&Work<'_>, &[usize]),
+        taken: &[Call],
+        counting: &mut Counting<'_>,
+    ) -> Vec<SpanKey> {
+        let mut settled: Vec<SpanKey> = Vec::new();
+        let mut taken_from: Option<usize> = None;
+        let mut retract = |obs: &Observation| {
+            if self.tracker.retract(obs) != Retraction::Retracted {
+                settled.push((obs.trace_id, obs.span_id));
+            }
+        };
+        for &i in group {
+            match work.from[i] {
+                From::Kept { call, .. } if taken_from != Some(call) => {
+                    taken_from = Some(call);
+                    if let State::Counted { attempts } = &taken[call].state {
+                        attempts.iter().for_each(&mut retract);
+                    }
+                }
+                From::Root(_) => {
+                    retract(&self.observation_again(interfaces, &work.members[i].attempt));
+                    // Counted by its request as an attempt of its own: now part of a call.
+                    *counting.attempts = counting.attempts.saturating_sub(1);
+                }
+                _ => {}
+            }
+        }
+        settled
+    }
+
     /// Counts the held calls whose wait is over at `now` (all of them when `all`).
     pub(in crate::pipeline) fn release_held(&self, now: Nanos, all: bool, out: &mut Vec<Event>) {
         let mut calls = self.calls();
@@ -372,6 +353,58 @@ impl Pipeline {
             .set_held(calls.spans() + spans, calls.bytes() + bytes);
     }
 }
+/// The call of the spans `group`, held for the parents `open` (since its earliest kept
+/// span came, else `now`).
+fn held(
+    work: &Work<'_>,
+    group: &[usize],
+    taken: &[Call],
+    (open, now): (&[SpanKey], Nanos),
+) -> Call {
+    let since = group
+        .iter()
+        .filter_map(|&i| match work.from[i] {
+            From::Kept { call, .. } => Some(taken[call].since),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(now);
+    Call {
+        members: group.iter().map(|&i| kept(work, taken, i, false)).collect(),
+        state: State::Held {
+            open: open.to_vec(),
+        },
+        since,
+    }
+}
+
+/// The spans of a call counted whole (`group`) as kept for a late part: its client spans of
+/// this request by where they stand in it, the rest (kept from an earlier request) copied
+/// whole; `parts` says which were skipped as `same_call`.
+fn recent_members<'g>(
+    work: &'g Work<'_>,
+    group: &'g [usize],
+    taken: &'g [Call],
+    places: Places<'g>,
+    parts: impl Fn(usize) -> bool + 'g,
+) -> impl Iterator<Item = Result<RecentMember, Box<Kept>>> + 'g {
+    let at = move |i: usize| match work.from[i] {
+        _ if work.members[i].side != Side::Client => None,
+        From::Node(n) => places.at.get(n).copied(),
+        From::Root(n) => places.root_at.get(n).copied(),
+        From::Kept { .. } => None,
+    };
+    group.iter().map(move |&i| match at(i) {
+        Some(at) => Ok(RecentMember {
+            key: work.keys[i],
+            parent: work.parents[i],
+            at,
+            skipped: parts(i),
+        }),
+        None => Err(Box::new(kept(work, taken, i, parts(i)))),
+    })
+}
+
 /// Remembers each attempt counted at once whose other side is expected and that no span of
 /// the request joined (`known`).
 pub(super) fn keep_counted(
