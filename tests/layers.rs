@@ -189,3 +189,122 @@ fn comments_and_strings_are_told_apart() {
     assert!(code.contains("crate::seen") && code.contains("crate::also"));
     assert!(!code.contains("http://x"));
 }
+
+/// The code of a file outside the items marked `#[cfg(test)]` (its tests), comments and
+/// strings dropped.
+fn production_code(source: &str) -> String {
+    let code = code_of(source);
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let item = &rest[at..];
+        // The item marked: up to its `;` (a `mod tests;`, a `use`), or its block.
+        rest = match (item.find('{'), item.find(';')) {
+            (Some(open), Some(semi)) if semi < open => &item[semi + 1..],
+            (Some(open), _) => &item[block_end(item, open)..],
+            _ => "",
+        };
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where the block whose `{` stands at `open` in `code` ends (just past its `}`).
+fn block_end(code: &str, open: usize) -> usize {
+    let mut depth = 0;
+    for (i, c) in code[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + i + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Each function of `code` with a body: its name and how many lines it takes, from its
+/// `fn` line to its closing `}`.
+fn functions(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("fn ") {
+        let start = at + found;
+        at = start + 3;
+        // A `fn` keyword, not the end of a longer word.
+        if code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            continue;
+        }
+        let name: String = code[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let (Some(open), semi) = (code[at..].find('{'), code[at..].find(';')) else {
+            continue;
+        };
+        if name.is_empty() || semi.is_some_and(|s| s < open) {
+            continue; // a declaration without a body, or a `fn` type
+        }
+        let end = block_end(code, at + open);
+        out.push((name, code[start..end].lines().count()));
+    }
+    out
+}
+
+#[test]
+fn every_file_of_src_is_a_room_a_newcomer_can_hold() {
+    // The project's own rule (issue 47): at most 800 lines of code a file, its tests
+    // excluded, and no function over 100 lines.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut too_long = Vec::new();
+    let mut dirs = vec![src.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/ is readable") {
+            let path = entry.expect("an entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if path.is_dir() {
+                if name != "tests" {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") || name == "tests.rs" {
+                continue;
+            }
+            let code = production_code(&std::fs::read_to_string(&path).expect("readable"));
+            let relative = path.strip_prefix(&src).expect("under src/").display();
+            let lines = code.lines().filter(|l| !l.trim().is_empty()).count();
+            if lines > 800 {
+                too_long.push(format!("src/{relative}: {lines} lines of code"));
+            }
+            for (function, lines) in functions(&code) {
+                if lines > 100 {
+                    too_long.push(format!("src/{relative}: fn {function}, {lines} lines"));
+                }
+            }
+        }
+    }
+    too_long.sort();
+    assert!(too_long.is_empty(), "too long:\n{}", too_long.join("\n"));
+}
+
+#[test]
+fn a_files_tests_and_its_functions_are_told_apart() {
+    let code = production_code(
+        "fn a() {\n    if x { y }\n}\n#[cfg(test)]\nmod tests {\n    fn t() { {} }\n}\n#[cfg(test)]\nmod more;\nfn b(f: fn(u8) -> u8) -> u8 { f(1) }\ntrait T { fn c(&self); }\n",
+    );
+    assert!(!code.contains("fn t") && !code.contains("mod more"));
+    assert_eq!(
+        functions(&code),
+        vec![("a".to_owned(), 3), ("b".to_owned(), 1)]
+    );
+}
