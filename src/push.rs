@@ -418,8 +418,9 @@ mod tests {
     use super::*;
     use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntGauge, Opts, Registry};
 
-    #[test]
-    fn families_become_otlp_metrics_with_their_labels_and_exemplars() {
+    /// The request of a registry of a counter with an exemplar, a gauge and a histogram,
+    /// gathered between 10 and 20.
+    fn three_families() -> ExportMetricsServiceRequest {
         let r = Registry::new();
         let violations = CounterVec::new(
             Opts::new("rg_violations_total", "Violations."),
@@ -445,13 +446,18 @@ mod tests {
             span_id: [2; 8],
             at: 99,
         };
-        let request = request(
+        request(
             &r.gather(),
             &|family, _| (family.name() == "rg_violations_total").then_some(e),
             resource("i-1"),
             10,
             20,
-        );
+        )
+    }
+
+    #[test]
+    fn a_push_names_its_resource_and_each_family() {
+        let request = three_families();
         let rm = &request.resource_metrics[0];
         let metrics = &rm.scope_metrics[0].metrics;
         let attrs: Vec<(&str, String)> = rm
@@ -485,6 +491,12 @@ mod tests {
                 ("rg_violations_total", "Violations.")
             ]
         );
+    }
+
+    #[test]
+    fn families_become_otlp_metrics_with_their_labels_and_exemplars() {
+        let request = three_families();
+        let metrics = &request.resource_metrics[0].scope_metrics[0].metrics;
         let by_name = |name: &str| {
             metrics
                 .iter()
