@@ -13,10 +13,11 @@
 //! call's spans are read again only when a late span joins it ([`Recent::take`]), and a root's
 //! attempt made again from its span. Calls are found by their spans in a table of fixed size
 //! (a span's place is its key's hash; a newer call's span may take an older one's place, which
-//! is then forgotten), filled only when a span is looked for: most requests look for none. Kept apart from the held and
-//! remembered calls, so that a stream of flat spans never pushes out a call still waiting for
-//! its parent; bounded by the same `max_held_spans` and `max_held_mib`, the oldest request
-//! forgotten first; its room is reused by the next (once warm, keeping allocates nothing).
+//! is then forgotten), filled only when a span is looked for: most requests look for none.
+//! Kept apart from the held and remembered calls, so that a stream of flat spans never pushes
+//! out a call still waiting for its parent; bounded by the same `max_held_spans` and
+//! `max_held_mib`, the oldest request forgotten first; its room is reused by the next (once
+//! warm, keeping allocates nothing).
 
 use super::{Call, Kept, SpanKey, State};
 use crate::extract::call::Side;
