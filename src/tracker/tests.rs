@@ -374,6 +374,30 @@ fn retry_after_ambiguous() {
 }
 
 #[test]
+fn an_attempts_number_counts_its_row_of_failures_and_starts_again_after_a_success() {
+    // `refusal_gate.attempt` (DESIGN §6): 1 for a first attempt, n for the n-th in a row of
+    // failures on its key; the success that ends a row is the row's last, the next one a 1.
+    let tracker = Tracker::new(&config());
+    let mut events = Vec::new();
+    let outcomes = [
+        Outcome::Transient,
+        Outcome::Transient,
+        Outcome::Ok,
+        Outcome::Transient,
+    ];
+    let numbers: Vec<u32> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let a = at(1, i as u64 * 1000).fails(*o);
+            let judged = tracker.observe(a.0.end, &a.0, &"op", &mut events);
+            judged.expect("a new attempt").attempt
+        })
+        .collect();
+    assert_eq!(numbers, [1, 2, 3, 1]);
+}
+
+#[test]
 fn retry_budget_is_max_retries_and_resets_after_a_success() {
     let five: Vec<A> = (0..5)
         .map(|i| at(1, i * 1000).fails(Outcome::Transient))
