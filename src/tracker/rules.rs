@@ -181,3 +181,17 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
         v.remove(0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::insert_bounded;
+
+    #[test]
+    fn a_bounded_list_keeps_the_largest_values_up_to_its_cap_sorted() {
+        let mut v = Vec::new();
+        for x in [5, 1, 4, 2, 3, 4] {
+            insert_bounded(&mut v, x, 3);
+        }
+        assert_eq!(v, [4, 4, 5], "the latest refusals kept, as many as the cap");
+    }
+}
