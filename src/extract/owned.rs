@@ -154,6 +154,14 @@ impl Owned {
         }
     }
 
+    /// Moves it out, leaving it without strings (every one of them empty).
+    pub fn take(&mut self) -> Owned {
+        Owned {
+            text: std::mem::take(&mut self.text),
+            ..*self
+        }
+    }
+
     /// The memory its strings take on the heap, in bytes.
     pub fn heap_bytes(&self) -> usize {
         self.text.capacity()

@@ -164,6 +164,16 @@ pub fn each<'a>(
     })
 }
 
+/// How many spans an `ExportTraceServiceRequest` holds, counted from its framing alone (no
+/// span is read), up to the first broken field.
+pub fn spans_in(body: &[u8]) -> usize {
+    each(body, 1)
+        .map_while(Result::ok)
+        .flat_map(|resource| each(resource, 2).map_while(Result::ok))
+        .map(|scope| each(scope, 2).map_while(Result::ok).count())
+        .sum()
+}
+
 /// The key and the value (its `AnyValue` bytes, empty when it has none) of one `KeyValue`
 /// message; `None` when it is broken. The key stays bytes (the caller compares it with the
 /// keys it knows) and the value is read only when it is used ([`Val::decoded`]). Two slices
@@ -676,6 +686,33 @@ mod tests {
                 .is_ok();
             assert_eq!(ours, theirs, "{bytes:02x?}");
         }
+    }
+
+    #[test]
+    fn the_spans_of_a_request_are_counted_across_its_resources_and_scopes() {
+        use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+        use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+        let scope = |n: usize| ScopeSpans {
+            spans: vec![span("s", vec![]); n],
+            ..Default::default()
+        };
+        let resource = |scopes: Vec<ScopeSpans>| ResourceSpans {
+            scope_spans: scopes,
+            ..Default::default()
+        };
+        let body = ExportTraceServiceRequest {
+            resource_spans: vec![
+                resource(vec![scope(2), scope(0), scope(3)]),
+                resource(vec![]),
+                resource(vec![scope(4)]),
+            ],
+        }
+        .encode_to_vec();
+        assert_eq!(spans_in(&body), 9);
+        assert_eq!(spans_in(&[]), 0);
+        let mut broken = body.clone();
+        broken.push(0x0a);
+        assert_eq!(spans_in(&broken), 9, "counted up to the broken field");
     }
 
     #[test]

@@ -26,7 +26,7 @@ use crate::tracker::{Nanos, Observation};
 use bytes::Bytes;
 use foldhash::{HashMap, HashSet};
 use recent::Recent;
-pub use recent::{At, Batch, Member as RecentMember};
+pub use recent::{At, Batch, Member as RecentMember, Part};
 use std::collections::VecDeque;
 
 mod recent;
@@ -70,6 +70,14 @@ pub struct Kept {
 }
 
 impl Kept {
+    /// Moves it out, leaving it without strings.
+    pub fn take(&mut self) -> Kept {
+        Kept {
+            facts: self.facts.take(),
+            ..*self
+        }
+    }
+
     /// The memory it takes: itself and its facts' strings.
     fn bytes(&self) -> usize {
         std::mem::size_of::<Kept>() + self.facts.heap_bytes()
@@ -212,12 +220,19 @@ impl Calls {
     }
 
     /// Keeps the calls of `batch`, counted whole, of the request `body` (held in the
-    /// [`Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a span of one of them that comes late
-    /// ([`Calls::take_member`] finds it) is joined to it, and the call counted again. Within
-    /// the bounds, apart from the held calls: the oldest request is forgotten first.
-    pub fn keep_recent(&mut self, body: (&[u8], Option<&Bytes>), batch: Batch, now: Nanos) {
+    /// [`Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a
+    /// span of one of them that comes late ([`Calls::take_member`] finds it) is joined to it,
+    /// and the call counted again. Their spans from earlier requests ([`Part::Taken`]) are
+    /// moved out of the calls the request took out, `taken`. Within the bounds, apart from
+    /// the held calls: the oldest request is forgotten first.
+    pub fn keep_recent(
+        &mut self,
+        body: (&[u8], Option<&Bytes>),
+        (batch, taken): (Batch, &mut [Call]),
+        now: Nanos,
+    ) {
         let bounds = (self.max_spans, self.max_bytes);
-        self.recent.keep(body, batch, now, bounds);
+        self.recent.keep(body, (batch, taken), now, bounds);
     }
 
     /// Forgets the recently counted calls, whose attempts have all been settled (a scrape):

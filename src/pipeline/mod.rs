@@ -378,6 +378,7 @@ impl Pipeline {
         let mut malformed_at = Vec::new();
         let mut joins = Joins {
             recording: self.held.load(Ordering::Relaxed) > 0,
+            body,
             ..Joins::default()
         };
         let mut seen = 0u32;

@@ -5,7 +5,9 @@
 //!
 //! Core, as the rest of the pipeline.
 
-use super::super::calls::{At, Batch, Bound, Call, Calls, Kept, RecentMember, SpanKey, State};
+use super::super::calls::{
+    At, Batch, Bound, Call, Calls, Kept, Part, RecentMember, SpanKey, State,
+};
 use super::super::{place, Pipeline, RequestState};
 use super::work::{From, Work};
 use super::Memory;
@@ -379,29 +381,37 @@ fn held(
 }
 
 /// The spans of a call counted whole (`group`) as kept for a late part: its client spans of
-/// this request by where they stand in it, the rest (kept from an earlier request) copied
-/// whole; `parts` says which were skipped as `same_call`.
+/// this request by where they stand in it, the rest (kept from an earlier request) by where
+/// they stand among the calls taken out, to be moved when the request is done with them
+/// (a span of this request that is no client's, rare, copied whole into such a call);
+/// `parts` says which were skipped as `same_call`.
 fn recent_members<'g>(
     work: &'g Work<'_>,
     group: &'g [usize],
     taken: &'g [Call],
     places: Places<'g>,
     parts: impl Fn(usize) -> bool + 'g,
-) -> impl Iterator<Item = Result<RecentMember, Box<Kept>>> + 'g {
+) -> impl Iterator<Item = Part> + 'g {
     let at = move |i: usize| match work.from[i] {
         _ if work.members[i].side != Side::Client => None,
         From::Node(n) => places.at.get(n).copied(),
         From::Root(n) => places.root_at.get(n).copied(),
         From::Kept { .. } => None,
     };
-    group.iter().map(move |&i| match at(i) {
-        Some(at) => Ok(RecentMember {
+    group.iter().map(move |&i| match (at(i), work.from[i]) {
+        (Some(at), _) => Part::Here(RecentMember {
             key: work.keys[i],
             parent: work.parents[i],
             at,
             skipped: parts(i),
         }),
-        None => Err(Box::new(kept(work, taken, i, parts(i)))),
+        (None, From::Kept { call, member }) => Part::Taken {
+            key: work.keys[i],
+            call: call as u32,
+            member: member as u32,
+            skipped: parts(i),
+        },
+        (None, _) => Part::Whole(Box::new(kept(work, taken, i, parts(i)))),
     })
 }
 

@@ -40,8 +40,12 @@ pub(in crate::pipeline) struct Root<'a> {
     pub at: At,
 }
 
-/// The spans a request's vectors and maps of spans make room for at once.
+/// The spans a request's vectors and maps of spans make room for at once, at least.
 pub(super) const ROOM: usize = 64;
+
+/// The most spans the nodes of a request make room for at once (some 300 bytes each); past
+/// it, they grow as they come.
+const MAX_ROOM: usize = 4_096;
 
 /// What a node is besides its attempt.
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +120,8 @@ pub(in crate::pipeline) struct Joins<'a> {
     /// The spans read before recording began (read again only when a node's parent is not
     /// found elsewhere: a parent before its child in one export).
     pub unrecorded: u32,
+    /// The request's body: its spans counted at the first node, for room.
+    pub body: &'a [u8],
 }
 
 impl<'a> Joins<'a> {
@@ -130,11 +136,14 @@ impl<'a> Joins<'a> {
             self.recording = true;
         }
         if self.nodes.is_empty() {
-            // Room for a request's worth at once: growing a vector of nodes by doubling
-            // copies each several times.
-            self.members.reserve(ROOM);
-            self.nodes.reserve(ROOM);
-            self.awaited.reserve(ROOM);
+            // Room for the request's spans and half as many kept ones at once: growing a
+            // vector of attempts by doubling copies each several times, into memory no cache
+            // holds.
+            let spans = crate::otlp::wire::spans_in(self.body);
+            let room = (spans + spans / 2).clamp(ROOM, MAX_ROOM);
+            self.members.reserve(room);
+            self.nodes.reserve(room);
+            self.awaited.reserve(spans.min(MAX_ROOM));
         }
         if let Some(parent) = node.parent {
             self.awaited.insert(parent);

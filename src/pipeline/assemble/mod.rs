@@ -39,6 +39,15 @@ const UNKNOWN: Client<'static> = Client {
     instance: None,
 };
 
+/// What a request leaves to come: the attempts to remember, the calls to keep for a late part
+/// (with the calls the request took out, whose spans they take), and the spans the request
+/// joined.
+type Rest<'k> = (
+    Vec<Remembered>,
+    Option<(Batch, &'k mut [Call])>,
+    &'k HashSet<SpanKey>,
+);
+
 impl Pipeline {
     /// A SERVER span of the resource sent by an observed interface's server, as a node.
     pub(super) fn server_node<'a>(
@@ -102,7 +111,11 @@ impl Pipeline {
         if nodes.is_empty() && seen.is_empty() {
             // Spans that name no parent, none named by another: nothing to join (every flat
             // export).
-            let kept = (remember, recent, &HashSet::default());
+            let kept = (
+                remember,
+                recent.map(|b| (b, &mut [][..])),
+                &HashSet::default(),
+            );
             return self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, Vec::new());
         }
         // Parents read before recording began (a parent before its child in one export).
@@ -119,7 +132,7 @@ impl Pipeline {
         } else {
             seen.iter().copied().collect()
         };
-        let (taken, used_roots) = self.take_joined(
+        let (mut taken, used_roots) = self.take_joined(
             &mut calls,
             interfaces,
             (&fresh, &nodes),
@@ -177,7 +190,7 @@ impl Pipeline {
         );
         drop(work);
         drop(root_spans);
-        let kept = (remember, Some(batch), &known);
+        let kept = (remember, Some((batch, &mut taken[..])), &known);
         self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, forced);
     }
 
@@ -188,14 +201,14 @@ impl Pipeline {
         &self,
         calls: &mut Calls,
         interfaces: &Interfaces,
-        (remember, recent, known): (Vec<Remembered>, Option<Batch>, &HashSet<SpanKey>),
+        (remember, recent, known): Rest<'_>,
         body: (&[u8], Option<&Bytes>),
         r: &mut RequestState<'_>,
         mut forced: Vec<(Call, Bound)>,
     ) {
         keep_counted(calls, remember, known, r.now, &mut forced);
-        if let Some(batch) = recent {
-            calls.keep_recent(body, batch, r.now);
+        if let Some(recent) = recent {
+            calls.keep_recent(body, recent, r.now);
         }
         self.count_forced(calls, interfaces, forced, r.now, &mut r.events);
         self.held_gauge(calls);

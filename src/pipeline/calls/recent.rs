@@ -73,6 +73,27 @@ pub struct Member {
     pub skipped: bool,
 }
 
+/// A span of a call to keep for a late part, as the request gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// It stands in the request.
+    Here(Member),
+    /// It came in an earlier request: span `member` of the kept call `call` the request took
+    /// out, moved into the batch when it is kept (the request reads it until then).
+    Taken {
+        /// The span.
+        key: SpanKey,
+        /// The call, among those the request took out.
+        call: u32,
+        /// The span, among the call's.
+        member: u32,
+        /// It was counted as skipped (`same_call`) by the request.
+        skipped: bool,
+    },
+    /// A copy of it, whole (a span of the request that is not a client's).
+    Whole(Box<Kept>),
+}
+
 /// Where a span of a call kept for a late part is found.
 #[derive(Debug, Clone, Copy)]
 enum Place {
@@ -80,6 +101,13 @@ enum Place {
     Here(Member),
     /// Kept already (it came in an earlier request): the index of its copy in the batch.
     Kept(u32),
+    /// Still in the kept call the request took out ([`Part::Taken`]), until the batch is kept.
+    Taken {
+        key: SpanKey,
+        call: u32,
+        member: u32,
+        skipped: bool,
+    },
 }
 
 /// One call of a [`Batch`]: its spans and attempts there (none for a root, whose attempt is
@@ -100,21 +128,33 @@ pub struct Batch {
     kept: Vec<Kept>,
     attempts: Vec<Observation>,
     entries: Vec<Entry>,
+    /// Whether a span of it is still in a call the request took out ([`Place::Taken`]).
+    taking: bool,
 }
 
 impl Batch {
-    /// Adds a call: its spans (in the request, or kept already from an earlier one), and what
-    /// it was counted as.
-    pub fn call(
-        &mut self,
-        members: impl IntoIterator<Item = Result<Member, Box<Kept>>>,
-        attempts: &[Observation],
-    ) {
+    /// Adds a call: its spans (in the request, or taken from an earlier one), and what it
+    /// was counted as.
+    pub fn call(&mut self, parts: impl IntoIterator<Item = Part>, attempts: &[Observation]) {
         let (m, a) = (self.members.len() as u32, self.attempts.len() as u32);
-        for member in members {
-            let place = match member {
-                Ok(here) => Place::Here(here),
-                Err(kept) => {
+        for part in parts {
+            let place = match part {
+                Part::Here(here) => Place::Here(here),
+                Part::Taken {
+                    key,
+                    call,
+                    member,
+                    skipped,
+                } => {
+                    self.taking = true;
+                    Place::Taken {
+                        key,
+                        call,
+                        member,
+                        skipped,
+                    }
+                }
+                Part::Whole(kept) => {
                     self.kept.push(*kept);
                     Place::Kept(self.kept.len() as u32 - 1)
                 }
@@ -147,12 +187,42 @@ impl Batch {
         });
     }
 
+    /// Moves the spans its calls took from earlier requests out of the calls the request
+    /// took out (`taken`): a move, not a copy, once the request no longer reads them.
+    fn adopt(&mut self, taken: &mut [Call]) {
+        if !std::mem::take(&mut self.taking) {
+            return;
+        }
+        for place in &mut self.members {
+            let Place::Taken {
+                call,
+                member,
+                skipped,
+                ..
+            } = *place
+            else {
+                continue;
+            };
+            let Some(span) = taken
+                .get_mut(call as usize)
+                .and_then(|c| c.members.get_mut(member as usize))
+            else {
+                continue;
+            };
+            let mut span = span.take();
+            span.skipped |= skipped;
+            self.kept.push(span);
+            *place = Place::Kept(self.kept.len() as u32 - 1);
+        }
+    }
+
     /// Drops the calls a span of which `joined` names (joined by another call since).
     pub fn drop_joined(&mut self, joined: impl Fn(&SpanKey) -> bool) {
         let (members, kept) = (&self.members, &self.kept);
         let key = |place: &Place| match place {
             Place::Here(m) => m.key,
             Place::Kept(k) => kept[*k as usize].key,
+            Place::Taken { key, .. } => *key,
         };
         for entry in &mut self.entries {
             let places = entry.members.start as usize..entry.members.end as usize;
@@ -172,10 +242,12 @@ impl Batch {
         match place {
             Place::Here(m) => m.key,
             Place::Kept(k) => self.kept[*k as usize].key,
+            Place::Taken { key, .. } => *key,
         }
     }
 
     fn clear(&mut self) {
+        self.taking = false;
         self.members.clear();
         self.kept.clear();
         self.attempts.clear();
@@ -273,10 +345,11 @@ impl Recent {
     pub fn keep(
         &mut self,
         (body, owner): (&[u8], Option<&Bytes>),
-        batch: Batch,
+        (mut batch, taken): (Batch, &mut [Call]),
         now: Nanos,
         bounds: (usize, usize),
     ) {
+        batch.adopt(taken);
         let (max_spans, max_bytes) = bounds;
         if batch.is_empty() || max_spans == 0 {
             // Its room, back for the next.
@@ -379,6 +452,8 @@ impl Recent {
                     skipped: m.skipped,
                 },
                 Place::Kept(k) => batch.kept[*k as usize].clone(),
+                // Never moved in (its call was not among those taken): not whole.
+                Place::Taken { .. } => return None,
             });
         }
         if let Some(entry) = batch.entries.get_mut(slot.entry as usize) {

@@ -338,15 +338,39 @@ fn a_call_kept_for_a_late_part_is_found_by_any_of_its_spans_once_and_read_again(
     let mut calls = Calls::new(5, 100, BIG);
     let mut batch = calls.recent_batch();
     batch.root(span(1), recent_member(1, None).at);
+    // Span 4 came in an earlier request: it is in a call the request took out, moved from
+    // there when the batch is kept.
+    let mut taken = vec![Call {
+        members: vec![kept(9, None), kept(4, Some(3))],
+        state: State::Held {
+            open: vec![span(3)],
+        },
+        since: 8,
+    }];
     batch.call(
         [
-            Ok(recent_member(2, None)),
-            Ok(recent_member(3, Some(2))),
-            Err(Box::new(kept(4, Some(3)))),
+            Part::Here(recent_member(2, None)),
+            Part::Here(recent_member(3, Some(2))),
+            Part::Taken {
+                key: span(4),
+                call: 0,
+                member: 1,
+                skipped: false,
+            },
         ],
         &[observed(2)],
     );
-    calls.keep_recent((&request(), None), batch, 10);
+    calls.keep_recent((&request(), None), (batch, &mut taken), 10);
+    assert_eq!(
+        taken[0].members[1].facts.heap_bytes(),
+        0,
+        "moved, not copied"
+    );
+    assert_eq!(
+        taken[0].members[0],
+        kept(9, None),
+        "the others left as they were"
+    );
     assert_eq!(calls.recent().0, 4);
     let call = calls
         .take_member(&span(4), read_back, recount)
@@ -397,8 +421,8 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     let mut calls = Calls::new(5, 2, BIG);
     for (id, at) in [(1, 10), (2, 12)] {
         let mut batch = calls.recent_batch();
-        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
-        calls.keep_recent((&request(), None), batch, at);
+        batch.call([Part::Here(recent_member(id, None))], &[observed(1)]);
+        calls.keep_recent((&request(), None), (batch, &mut []), at);
     }
     calls.due(15, false);
     assert!(
@@ -412,8 +436,8 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     // Two spans at most: a third request's call pushes out the oldest.
     for id in [3, 4, 5] {
         let mut batch = calls.recent_batch();
-        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
-        calls.keep_recent((&request(), None), batch, 16);
+        batch.call([Part::Here(recent_member(id, None))], &[observed(1)]);
+        calls.keep_recent((&request(), None), (batch, &mut []), 16);
     }
     assert_eq!(calls.recent().0, 2);
     assert!(
@@ -425,8 +449,8 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
     let mut calls = Calls::new(5, 100, 700);
     for id in [6, 7] {
         let mut batch = calls.recent_batch();
-        batch.call([Ok(recent_member(id, None))], &[observed(1)]);
-        calls.keep_recent((&request(), None), batch, 16);
+        batch.call([Part::Here(recent_member(id, None))], &[observed(1)]);
+        calls.keep_recent((&request(), None), (batch, &mut []), 16);
     }
     assert!(
         calls.take_member(&span(6), read_back, recount).is_none(),
@@ -440,17 +464,17 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
 fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     let mut calls = Calls::new(5, 100, BIG);
     let mut batch = calls.recent_batch();
-    batch.call([Ok(recent_member(1, None))], &[observed(1)]);
-    batch.call([Ok(recent_member(2, None))], &[observed(2)]);
+    batch.call([Part::Here(recent_member(1, None))], &[observed(1)]);
+    batch.call([Part::Here(recent_member(2, None))], &[observed(2)]);
     batch.drop_joined(|k| *k == span(1));
-    calls.keep_recent((&request(), None), batch, 10);
+    calls.keep_recent((&request(), None), (batch, &mut []), 10);
     assert!(
         calls.take_member(&span(1), read_back, recount).is_none(),
         "joined since"
     );
     let mut batch = calls.recent_batch();
-    batch.call([Ok(recent_member(3, None))], &[observed(3)]);
-    calls.keep_recent((&request(), None), batch, 11);
+    batch.call([Part::Here(recent_member(3, None))], &[observed(3)]);
+    calls.keep_recent((&request(), None), (batch, &mut []), 11);
     assert!(calls.take_member(&span(3), read_back, recount).is_some());
     calls.recent_settled();
     assert_eq!(calls.recent(), (0, 0));
@@ -466,8 +490,8 @@ fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     // Nothing kept when nothing may be held.
     let mut calls = Calls::new(5, 0, BIG);
     let mut batch = calls.recent_batch();
-    batch.call([Ok(recent_member(4, None))], &[observed(4)]);
-    calls.keep_recent((&request(), None), batch, 10);
+    batch.call([Part::Here(recent_member(4, None))], &[observed(4)]);
+    calls.keep_recent((&request(), None), (batch, &mut []), 10);
     assert!(calls.take_member(&span(4), read_back, recount).is_none());
 }
 
