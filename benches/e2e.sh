@@ -19,7 +19,9 @@
 # an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
 # two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
 #
-# TRANSPORTS='grpc' (default 'grpc http'): the transports measured, in that order.
+# TRANSPORTS='grpc' (default 'grpc http'): the transports measured, in that order; with both,
+# the last lines give OTLP/HTTP's CPU per span over OTLP/gRPC's, for each binary or workload
+# (so `TREES=1 benches/e2e.sh` prints issue 48's four figures and its three ratios in one run).
 # CONFIG='yaml lines': added to the server's configuration, e.g. raised label caps:
 # CONFIG='metrics: { max_clients: 100000, max_series: 200000 }' benches/e2e.sh 15 --clients 10000
 #
@@ -70,6 +72,7 @@ elif [[ -n ${TREES:-} ]]; then
 else
   rounds=1
 fi
+declare -A medians=()
 printf '%-6s %-8s %12s %14s %14s %8s %10s %10s %10s\n' transport binary spans/s cpu-s/Mspans Mspans/cpu-s keys peak-RSS p50@half p99@half
 for transport in ${TRANSPORTS:-grpc http}; do
   declare -A rates=() cpus=() last_rss=() last_keys=() pair=()
@@ -102,5 +105,14 @@ for transport in ${TRANSPORTS:-grpc http}; do
   if ((${#binaries[@]} == 2)); then
     echo "$transport: ${names[1]}/${names[0]} CPU per span, median of $rounds pairs: $(median "$ratios") (pairs: $ratios)"
   fi
+  for i in "${!binaries[@]}"; do medians[$transport/${names[$i]}]=$(median "${cpus[$i]}"); done
   unset rates cpus last_rss last_keys pair
 done
+# Both transports measured: OTLP/HTTP's CPU per span over OTLP/gRPC's, for each binary (or
+# workload), from the medians above.
+if [[ -n ${medians[grpc/${names[0]}]:-} && -n ${medians[http/${names[0]}]:-} ]]; then
+  for name in "${names[@]}"; do
+    echo "$name: http/grpc CPU per span, medians: $(awk -v h="${medians[http/$name]}" \
+      -v g="${medians[grpc/$name]}" 'BEGIN { printf "%.3f", h / g }')"
+  done
+fi
