@@ -1,5 +1,5 @@
-//! Tests of the join's pure parts: cycles of parent ids cut, and which HTTP span's time
-//! contains which protocol span's, against the plain reading of both.
+//! Tests of the join's pure parts: cycles of parent ids cut, the calls (sets) the joins make,
+//! and which HTTP span's time contains which protocol span's, against the plain reading of both.
 
 use super::carriers::{contained, containing};
 use super::work::cut_cycles;
@@ -106,4 +106,20 @@ proptest! {
             prop_assert_eq!(inside[p], inner.iter().filter(|&&i| contains(h, i)).count());
         }
     }
+}
+
+#[test]
+fn sets_come_out_in_the_order_of_their_first_index_each_in_index_order() {
+    use super::work::Sets;
+    let mut sets = Sets::new(8);
+    // {0, 5, 6}: joined so that 6's root, not 0, leads the set; {1, 3}; {2}; {4, 7}.
+    sets.join(6, 5);
+    sets.join(6, 0);
+    sets.join(3, 1);
+    sets.join(7, 4);
+    let groups = sets.groups();
+    let got: Vec<Vec<usize>> = groups.iter().map(<[usize]>::to_vec).collect();
+    assert_eq!(got, [vec![0, 5, 6], vec![1, 3], vec![2], vec![4, 7]]);
+    assert_eq!(groups.ends, [3, 5, 6, 8]);
+    assert_eq!(Sets::new(0).groups().iter().count(), 0);
 }

@@ -184,32 +184,28 @@ impl Sets {
     }
 
     /// The sets, each in index order, in the order of their first index: every index, set
-    /// after set, and where each set ends.
+    /// after set, and where each set ends. Placed in one pass, not sorted: a set's room is
+    /// given when its first index is met, as long as its size.
     pub(super) fn groups(mut self) -> Groups {
         let n = self.parent.len();
-        let mut keyed: Vec<(usize, usize)> = (0..n).map(|i| (self.find(i), i)).collect();
-        // A set's key: its first index (the root's, seen first, is not always the smallest).
-        let mut first = vec![usize::MAX; n];
-        for &(root, i) in &keyed {
-            first[root] = first[root].min(i);
-        }
-        for k in &mut keyed {
-            k.0 = first[k.0];
-        }
-        keyed.sort_unstable();
+        let roots: Vec<usize> = (0..n).map(|i| self.find(i)).collect();
+        // Where the next index of each set (by its root) goes.
+        let mut next = vec![usize::MAX; n];
         let mut ends = Vec::new();
-        for (at, w) in keyed.windows(2).enumerate() {
-            if w[0].0 != w[1].0 {
-                ends.push(at + 1);
+        let mut end = 0;
+        for &root in &roots {
+            if next[root] == usize::MAX {
+                next[root] = end;
+                end += self.size[root];
+                ends.push(end);
             }
         }
-        if n > 0 {
-            ends.push(n);
+        let mut members = vec![0; n];
+        for (i, &root) in roots.iter().enumerate() {
+            members[next[root]] = i;
+            next[root] += 1;
         }
-        Groups {
-            members: keyed.into_iter().map(|(_, i)| i).collect(),
-            ends,
-        }
+        Groups { members, ends }
     }
 }
 
