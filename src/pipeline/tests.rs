@@ -13,6 +13,22 @@ use prost::Message;
 
 mod orders;
 
+/// A pipeline with one MCP interface, `weather` (`http://mcp.test:8080/mcp`, `POST /mcp`),
+/// whose server's spans come from the service `server`.
+fn weather_observed_by(server: &str) -> Pipeline {
+    let config = format!(
+        "
+interfaces:
+  - name: weather
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints: [{{ path: /mcp, methods: [POST] }}]
+    server: {{ service_names: [{server}] }}
+"
+    );
+    Pipeline::from_config(&crate::config::Config::parse(&config).expect("valid"))
+}
+
 fn request(spans: usize) -> ExportTraceServiceRequest {
     let span = Span {
         name: "GET".into(),
@@ -408,15 +424,6 @@ fn long_names_are_cut_alike_everywhere_they_are_shown_and_stay_distinct() {
 mod server_view {
     use super::*;
 
-    const CONFIG: &str = "
-interfaces:
-  - name: weather
-    protocol: mcp
-    url: http://mcp.test:8080/mcp
-    endpoints: [{ path: /mcp, methods: [POST] }]
-    server: { service_names: [weather-mcp] }
-";
-
     use crate::otlp::fixtures::{i, s as kv};
 
     /// A span of `kind` in trace 7 with id `id` and parent `parent` (0: none).
@@ -486,7 +493,7 @@ interfaces:
     }
 
     fn pipeline() -> Pipeline {
-        Pipeline::from_config(&crate::config::Config::parse(CONFIG).expect("valid"))
+        weather_observed_by("weather-mcp")
     }
 
     fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {

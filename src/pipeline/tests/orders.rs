@@ -10,15 +10,6 @@ use super::*;
 use crate::otlp::fixtures::{i as int, s as kv};
 use proptest::prelude::*;
 
-const CONFIG: &str = "
-interfaces:
-  - name: weather
-    protocol: mcp
-    url: http://mcp.test:8080/mcp
-    endpoints: [{ path: /mcp, methods: [POST] }]
-    server: { service_names: [weather-server] }
-";
-
 const CLIENT: &str = "agent";
 const SERVER: &str = "weather-server";
 
@@ -221,7 +212,7 @@ fn export(spans: &[(&str, Span)]) -> Vec<u8> {
 /// What a fresh pipeline counts of `exports`, sent one after another within the reorder
 /// window: every series of attempts and violations.
 fn counted(exports: &[Vec<u8>]) -> Vec<String> {
-    let p = Pipeline::from_config(&crate::config::Config::parse(CONFIG).expect("valid"));
+    let p = weather_observed_by(SERVER);
     // Sent a few seconds after the calls, a millisecond apart: well within the window.
     let sent = T0 + 4_000 * MS;
     for (k, body) in exports.iter().enumerate() {
