@@ -7,7 +7,8 @@
 //! the HTTP client's per-request state — some fifty allocations), never per span. The same
 //! calls as real stacks describe them (an agent's span, a protocol span, its HTTP child, some
 //! calls split over two requests: `workload::Trees`) allocate per request and per call held
-//! for its parents, not per span or per call counted.
+//! for its parents, not per span or per call counted. The OTLP/HTTP receiver adds a fixed
+//! handful a request (routing, the body, the answer), pinned.
 
 mod common;
 
@@ -322,4 +323,60 @@ fn sending_a_batch_allocates_per_batch_not_per_span() {
             );
         }
     }
+}
+
+/// Allocations made by the OTLP/HTTP receiver answering a request of `spans` spans (protobuf,
+/// uncompressed), after one of the same shape warmed its keys: the receiver's own work a
+/// request (routing, reading the body, the answer) and the pipeline's, driven in process on
+/// this thread.
+fn http_request_allocations(spans: u64) -> (u64, u64) {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use refusal_gate::access::{Limit, Tokens};
+    use tower_service::Service;
+    let p = Arc::new(pipeline());
+    let tokens = Tokens::load(&Default::default(), std::path::Path::new(".")).expect("none");
+    let mut router = refusal_gate::receiver::http::router(
+        Arc::clone(&p),
+        4 << 20,
+        Arc::new(tokens),
+        Limit::new(8),
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let post = |body: Vec<u8>| {
+        Request::post("/v1/traces")
+            .header("content-type", "application/x-protobuf")
+            .body(Body::from(body))
+            .expect("a request")
+    };
+    let warm = runtime.block_on(router.call(post(request(spans, 0))));
+    assert_eq!(warm.expect("answered").status(), StatusCode::OK);
+    let request = post(request(spans, 1));
+    let mut status = None;
+    let info = allocation_counter::measure(|| {
+        let answer = runtime.block_on(router.call(request)).expect("answered");
+        status = Some(answer.status());
+    });
+    assert_eq!(status, Some(StatusCode::OK));
+    let pipeline_only = ingest_allocations(pipeline(), spans);
+    (info.count_total, pipeline_only)
+}
+
+#[test]
+fn an_otlp_http_request_allocates_per_request_not_per_span() {
+    let (small, pipeline_small) = http_request_allocations(100);
+    let (large, _) = http_request_allocations(1000);
+    println!(
+        "OTLP/HTTP: 100 spans {small}, 1,000 spans {large} allocations; the pipeline alone {pipeline_small}"
+    );
+    assert_eq!(large, small, "the difference is per span");
+    // The receiver's own: measured 11 (the route's state, the body's buffers, the answer and
+    // its headers). A request's body given whole, as a client's single frame would come.
+    assert!(
+        small - pipeline_small <= 11,
+        "the OTLP/HTTP receiver made {} allocations of its own for one request",
+        small - pipeline_small
+    );
 }
