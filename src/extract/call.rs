@@ -303,6 +303,10 @@ fn server_attempts<'a>(
     (below, order): (&Below, &[usize]),
     out: &mut Calls<'a>,
 ) -> Vec<(usize, usize)> {
+    if !members.iter().any(|m| matches!(m.side, Side::Server(_))) {
+        // Client spans only (every call of an agent's own telemetry): nothing to attach.
+        return Vec::new();
+    }
     let n = members.len();
     let up = Up::of(members, joined, below, order);
     let mut attached: Vec<(usize, usize)> = Vec::new();
