@@ -123,3 +123,54 @@ fn sets_come_out_in_the_order_of_their_first_index_each_in_index_order() {
     assert_eq!(groups.ends, [3, 5, 6, 8]);
     assert_eq!(Sets::new(0).groups().iter().count(), 0);
 }
+
+#[test]
+fn a_carrier_is_only_a_span_that_carries_by_the_rules_of_the_call() {
+    use super::work::{From, Work};
+    use crate::extract::call::{Member, Side};
+    use crate::extract::{Attempt, Client, Family, Operation, Signal};
+    let span = |family: Family, side: Side| Member {
+        attempt: Attempt {
+            client: Client {
+                name: "agent",
+                instance: None,
+            },
+            family,
+            origin: None,
+            path: Some("/mcp"),
+            http_method: Some("POST"),
+            operation: Operation::new("tools/call", "lookup", false),
+            signal: Signal::default(),
+            tagged: false,
+            start: 100,
+            end: 200,
+            trace_id: &[1; 16],
+            span_id: &[1; 8],
+            parent_span_id: &[],
+        },
+        side,
+        named: false,
+    };
+    let key = |id: u8| ([1; 16], [id; 8]);
+    // A protocol server span whose carrier's key names, in turn, the observed interface's
+    // HTTP server span (it carries it) and an HTTP client span (a key reused: it does not).
+    for (carrier_side, carried) in [(Side::Server(0), true), (Side::Client, false)] {
+        let mut work = Work::with_capacity(2);
+        work.push(
+            span(Family::Mcp, Side::Server(0)),
+            key(1),
+            None,
+            From::Node(0),
+        );
+        work.push(
+            span(Family::Http, carrier_side),
+            key(2),
+            None,
+            From::Node(1),
+        );
+        work.carriers[0] = Some(key(2));
+        let (joined, groups, _) = work.calls();
+        assert_eq!(joined[0].carrier.is_some(), carried, "{carrier_side:?}");
+        assert_eq!(groups.iter().count(), if carried { 1 } else { 2 });
+    }
+}
