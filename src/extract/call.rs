@@ -535,5 +535,31 @@ fn by_depth(joined: &[Joined]) -> Vec<usize> {
     }
 }
 
+/// A client attempt of `family` by `client` (`verb target` its operation, ids of trace 1 and
+/// span 1, no parent, from 100 to 200), for tests to adjust.
+#[cfg(test)]
+pub(crate) fn sample(
+    family: Family,
+    client: Client<'static>,
+    verb: &'static str,
+    target: &'static str,
+) -> Attempt<'static> {
+    Attempt {
+        client,
+        family,
+        origin: None,
+        path: None,
+        http_method: None,
+        operation: Operation::new(verb, target, family == Family::Grpc),
+        signal: Signal::default(),
+        tagged: false,
+        start: 100,
+        end: 200,
+        trace_id: &[1; 16],
+        span_id: &[1; 8],
+        parent_span_id: &[],
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -11,21 +11,7 @@ const AGENT: Client<'static> = Client {
 
 /// A client span of `family`; `verb target` its operation.
 fn span(family: Family, verb: &'static str, target: &'static str) -> Attempt<'static> {
-    Attempt {
-        client: AGENT,
-        family,
-        origin: None,
-        path: None,
-        http_method: None,
-        operation: Operation::new(verb, target, family == Family::Grpc),
-        signal: Signal::default(),
-        tagged: false,
-        start: 100,
-        end: 200,
-        trace_id: &[1; 16],
-        span_id: &[1; 8],
-        parent_span_id: &[],
-    }
+    sample(family, AGENT, verb, target)
 }
 
 fn mcp(verb: &'static str, target: &'static str) -> Attempt<'static> {

@@ -127,27 +127,14 @@ fn sets_come_out_in_the_order_of_their_first_index_each_in_index_order() {
 #[test]
 fn a_carrier_is_only_a_span_that_carries_by_the_rules_of_the_call() {
     use super::work::{From, Work};
-    use crate::extract::call::{Member, Side};
-    use crate::extract::{Attempt, Client, Family, Operation, Signal};
+    use crate::extract::call::{sample, Member, Side};
+    use crate::extract::{Client, Family};
+    let agent = Client {
+        name: "agent",
+        instance: None,
+    };
     let span = |family: Family, side: Side| Member {
-        attempt: Attempt {
-            client: Client {
-                name: "agent",
-                instance: None,
-            },
-            family,
-            origin: None,
-            path: Some("/mcp"),
-            http_method: Some("POST"),
-            operation: Operation::new("tools/call", "lookup", false),
-            signal: Signal::default(),
-            tagged: false,
-            start: 100,
-            end: 200,
-            trace_id: &[1; 16],
-            span_id: &[1; 8],
-            parent_span_id: &[],
-        },
+        attempt: sample(family, agent, "tools/call", "lookup"),
         side,
         named: false,
     };
