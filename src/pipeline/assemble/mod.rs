@@ -111,11 +111,8 @@ impl Pipeline {
         if nodes.is_empty() && seen.is_empty() {
             // Spans that name no parent, none named by another: nothing to join (every flat
             // export).
-            let kept = (
-                remember,
-                recent.map(|b| (b, &mut [][..])),
-                &HashSet::default(),
-            );
+            let recent = recent.map(|batch| (batch, &mut [][..]));
+            let kept = (remember, recent, &HashSet::default());
             return self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, Vec::new());
         }
         // Parents read before recording began (a parent before its child in one export).
