@@ -712,12 +712,21 @@ async fn watch_alerts_delivers_a_retry_after_refusal() {
     assert_eq!(alert.operation, "POST /v1/items");
     assert_eq!(alert.span_id, format!("{:016x}", 13));
 
-    let chunk = tokio::time::timeout(Duration::from_secs(5), sse.chunk())
-        .await
-        .expect("an event within 5 s")
-        .expect("the stream is open")
-        .expect("a chunk");
-    let text = String::from_utf8_lossy(&chunk);
+    // The first chunk that is not a keep-alive comment (one a second) is the alert.
+    let text = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let chunk = sse
+                .chunk()
+                .await
+                .expect("the stream is open")
+                .expect("a chunk");
+            if !chunk.starts_with(b":") {
+                break String::from_utf8_lossy(&chunk).into_owned();
+            }
+        }
+    })
+    .await
+    .expect("an event within 5 s");
     assert!(text.starts_with("event: alert\n"), "{text}");
     assert!(text.contains("\"client\":\"retrier\""), "{text}");
     assert!(text.contains("\"alertname\":\"RetryAfterAuthoritativeRefusal\""));

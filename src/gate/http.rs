@@ -62,6 +62,13 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
 }
 
+/// How often a quiet alert stream sends a comment. Besides keeping proxies from closing it,
+/// the comment is how a watcher's hang-up is noticed where the connection cannot see it (a
+/// request pipelined behind the stream, or a request body never finished, leaves the
+/// connection unread): the write after the peer has gone fails, and the watcher's place under
+/// `alerting.max_watchers` is given back within two of these.
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
+
 async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Response {
     let filter = filter.as_labels(m.pipeline.metrics().max_label_bytes());
     let Some(alerts) = super::alerts_until(m.pipeline.alerter(), filter, m.stop.clone(), "sse")
@@ -83,6 +90,6 @@ async fn stream(State(m): State<Mirror>, Query(filter): Query<Filter>) -> Respon
         ))
     });
     Sse::new(alerts)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response()
 }
