@@ -1651,3 +1651,17 @@ fn max_keys_bounds_the_whole_and_a_shard_lends_what_it_does_not_use() {
     assert_eq!(tracker.keys(), 64);
     assert_eq!((shard(0), shard(1), shard(2)), (58, 4, 2));
 }
+
+#[test]
+fn two_attempts_at_the_same_instant_are_judged_in_one_order_whatever_their_arrival() {
+    // Both take no time and start at once: the earlier by span id goes first, however they
+    // arrive (the second to arrive is not simply put after the last).
+    let refused = |id: u64| {
+        let mut a = at(1, 100).lasting(0).fails(Outcome::NotSupported);
+        a.0.span_id = id.to_be_bytes();
+        a
+    };
+    let want = vec![(0, None), (1, None), (2, Some("retry_after_refusal"))];
+    assert_eq!(violations(&[discovery(), refused(1), refused(2)]), want);
+    assert_eq!(violations(&[discovery(), refused(2), refused(1)]), want);
+}
