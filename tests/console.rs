@@ -177,6 +177,59 @@ async fn the_live_console_tells_the_federations_story_in_a_browser() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_url_that_would_run_a_script_never_reaches_the_page() {
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("script-link");
+    let interfaces = std::fs::read_to_string(example("federation.yaml")).expect("the interfaces");
+    let ui = |template: &str| format!("  ui: {{ trace_url: \"{template}\" }}\n{interfaces}");
+    let safe = "http://tempo.test/trace/{trace_id}";
+    let hostile = "javascript:alert(document.domain)//{trace_id}";
+
+    // Started with it, the server refuses and names the key: no page is ever served with it.
+    let (config, _) = binary_config(&dir, "hostile", &ui(hostile));
+    let mut started = Command::new(env!("CARGO_BIN_EXE_refusal-gate"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while started.try_wait().expect("waits").is_none() {
+        if Instant::now() > deadline {
+            let _ = started.kill();
+            panic!("the server is serving with trace_url {hostile}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let refused = started.wait_with_output().expect("its output");
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("admin.ui.trace_url"), "{said}");
+
+    // A running server told to take it on SIGHUP keeps the links it had, as Chromium shows.
+    let (config, ports) = binary_config(&dir, "console", &ui(safe));
+    let gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    send_recording(ports.http, &example("federation.jsonl")).await;
+    let text = std::fs::read_to_string(&config).expect("the configuration");
+    std::fs::write(&config, text.replace(safe, hostile)).expect("rewritten");
+    let hup = Command::new("kill")
+        .args(["-HUP", &gate.0.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(hup.success());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let fleet = dom(&dir, &format!("http://127.0.0.1:{}/", ports.admin));
+    assert!(
+        fleet.contains("<a href=\"http://tempo.test/trace/"),
+        "the row's trace link: {fleet}"
+    );
+    assert!(!fleet.contains("javascript:"), "{fleet}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_guarded_console_asks_for_the_token_and_its_api_refuses_without_it() {
     if !external("chromium") {
         return;
