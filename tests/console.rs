@@ -201,7 +201,7 @@ async fn a_trace_url_that_would_run_a_script_never_reaches_the_page() {
             let _ = started.kill();
             panic!("the server is serving with trace_url {hostile}");
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let refused = started.wait_with_output().expect("its output");
     assert!(!refused.status.success());
@@ -210,7 +210,9 @@ async fn a_trace_url_that_would_run_a_script_never_reaches_the_page() {
 
     // A running server told to take it on SIGHUP keeps the links it had, as Chromium shows.
     let (config, ports) = binary_config(&dir, "console", &ui(safe));
-    let gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let log = dir.join("gate.log");
+    let stderr = std::fs::File::create(&log).expect("a log file");
+    let gate = spawn_binary(&config, ports.admin, stderr.into()).await;
     send_recording(ports.http, &example("federation.jsonl")).await;
     let text = std::fs::read_to_string(&config).expect("the configuration");
     std::fs::write(&config, text.replace(safe, hostile)).expect("rewritten");
@@ -219,7 +221,15 @@ async fn a_trace_url_that_would_run_a_script_never_reaches_the_page() {
         .status()
         .expect("kill runs");
     assert!(hup.success());
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The reload is refused, and said so, before the page is looked at.
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .expect("the log")
+        .contains("Reload refused")
+    {
+        assert!(Instant::now() < deadline, "no refused reload was logged");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     let fleet = dom(&dir, &format!("http://127.0.0.1:{}/", ports.admin));
     assert!(
         fleet.contains("<a href=\"http://tempo.test/trace/"),
