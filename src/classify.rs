@@ -7,7 +7,7 @@
 //! [`classify`] when a late discovery read changes the last input.
 
 use crate::discovery::Declared;
-use crate::extract::{Family, Signal, GRPC_CODE_NAMES};
+use crate::extract::{Family, Said, Signal, GRPC_CODE_NAMES};
 use std::fmt;
 
 /// The class of an attempt: the four of the card, and `ok`.
@@ -109,6 +109,8 @@ pub enum Reason<'a> {
     Timeout(&'a str),
     /// An error with no code, with its `error.type` when there is one.
     Error(Option<&'a str>),
+    /// The error's words said more than its codes (DESIGN §12).
+    Said(Said),
 }
 
 impl fmt::Display for Reason<'_> {
@@ -125,6 +127,10 @@ impl fmt::Display for Reason<'_> {
             Reason::Timeout(what) => write!(f, "timeout {what}"),
             Reason::Error(Some(what)) => write!(f, "error {what}"),
             Reason::Error(None) => f.write_str("error"),
+            Reason::Said(Said::NotSupported) => f.write_str("a2a not supported"),
+            Reason::Said(Said::UnknownOperation) => f.write_str("unknown operation"),
+            Reason::Said(Said::SessionGone) => f.write_str("session not found"),
+            Reason::Said(Said::Nothing) => f.write_str("error"),
         }
     }
 }
@@ -151,8 +157,9 @@ const MCP_REQUEST_TIMEOUT: i64 = -32001;
 /// UnsupportedOperation, ContentTypeNotSupported, ExtendedAgentCardNotConfigured,
 /// VersionNotSupported. Other families give these numbers other meanings.
 const A2A_NOT_SUPPORTED: [i64; 5] = [-32003, -32004, -32005, -32007, -32009];
-/// MCP's UnsupportedProtocolVersion (revision 2026-07-28).
-const MCP_NOT_SUPPORTED: [i64; 1] = [-32022];
+/// MCP's UnsupportedProtocolVersion (revision 2026-07-28) and MissingRequiredClientCapability
+/// (DESIGN §12.5). The rest of -32000…-32019 is implementation-defined in MCP: no refusal.
+const MCP_NOT_SUPPORTED: [i64; 2] = [-32022, -32021];
 
 /// Whether a JSON-RPC code says, in its family, that the operation is not supported here
 /// (DESIGN §4 row 1): `-32601` in every family, and each protocol's own codes.
@@ -178,6 +185,13 @@ pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>)
     let grpc = signal.grpc_code.filter(|c| *c != 0);
     let mcp_timeout = family == Family::Mcp && jsonrpc == Some(MCP_REQUEST_TIMEOUT);
 
+    match signal.said {
+        Said::NotSupported => return (Outcome::NotSupported, Reason::Said(signal.said)),
+        // An undeclared operation: row 2 on the declared status the caller gives it
+        // (`Declared::No`, DESIGN §12.3).
+        Said::UnknownOperation => return (Outcome::NotFound, Reason::Said(signal.said)),
+        Said::Nothing | Said::SessionGone => {}
+    }
     if let Some(code) = jsonrpc.filter(|c| not_supported(family, *c)) {
         return (Outcome::NotSupported, Reason::JsonRpc(code));
     }
@@ -274,7 +288,7 @@ pub fn classify(outcome: Outcome, declared: Declared, discovery_read: bool) -> V
 
 /// The reason to show for an attempt: a 404 that the table read as undeclared says so.
 pub fn reason<'a>(outcome: Outcome, declared: Declared, reason: Reason<'a>) -> Reason<'a> {
-    if outcome == Outcome::NotFound && declared == Declared::No {
+    if outcome == Outcome::NotFound && declared == Declared::No && reason == Reason::Http(404) {
         Reason::HttpUndeclared
     } else {
         reason
@@ -397,6 +411,7 @@ mod tests {
             grpc_code: Some(c),
             ..sig()
         };
+        let said = |s: Signal<'static>, said| Signal { said, ..s };
         let timeout = |t: &'static str| Signal {
             timeout: Some(t),
             error_type: Some(t),
@@ -424,11 +439,17 @@ mod tests {
             ("1 a2a -32007", A2a, rpc(-32007), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32007"),
             ("1 a2a -32009", A2a, rpc(-32009), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32009"),
             ("1 mcp -32022", Mcp, rpc(-32022), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32022"),
+            ("1 mcp -32021", Mcp, rpc(-32021), Unknown, true, Kind::ProtocolNotSupported, "jsonrpc -32021"),
+            ("1 a2a reason over grpc 9", Grpc, said(grpc(9), Said::NotSupported), Unknown, true, Kind::ProtocolNotSupported, "a2a not supported"),
+            ("1 a2a reason over http 400", A2a, said(http(400), Said::NotSupported), Yes, true, Kind::ProtocolNotSupported, "a2a not supported"),
+            ("1' a2a reason unread", A2a, said(http(400), Said::NotSupported), Yes, false, Kind::UnverifiedRefusal, "a2a not supported"),
             ("1' a2a -32004 unread", A2a, rpc(-32004), Unknown, false, Kind::UnverifiedRefusal, "jsonrpc -32004"),
             ("1 beats http 404", Mcp, Signal { http_status: Some(404), ..rpc(-32601) }, No, true, Kind::ProtocolNotSupported, "jsonrpc -32601"),
             // row 2 / 2': 404 undeclared
             ("2 http 404 undeclared", Http, http(404), No, true, Kind::InterfaceNotDeclared, "http 404 undeclared path"),
             ("2' http 404 undeclared unread", Http, http(404), No, false, Kind::UnverifiedRefusal, "http 404 undeclared path"),
+            ("2 unknown tool", Mcp, said(rpc(-32602), Said::UnknownOperation), No, true, Kind::InterfaceNotDeclared, "unknown operation"),
+            ("2' unknown tool unread", Mcp, said(rpc(-32602), Said::UnknownOperation), No, false, Kind::UnverifiedRefusal, "unknown operation"),
             // row 3: throttled
             ("3 http 429", Http, http(429), Unknown, false, Kind::Throttled, "http 429"),
             ("3 grpc RESOURCE_EXHAUSTED", Grpc, grpc(8), Unknown, false, Kind::Throttled, "grpc RESOURCE_EXHAUSTED"),
@@ -450,6 +471,9 @@ mod tests {
             ("5 a2a -32006 InvalidAgentResponse", A2a, rpc(-32006), Unknown, true, Kind::Ambiguous, "jsonrpc -32006"),
             ("5 mcp -32020", Mcp, rpc(-32020), Unknown, true, Kind::Ambiguous, "jsonrpc -32020"),
             ("5 mcp -32004 is not MCP's", Mcp, rpc(-32004), Unknown, true, Kind::Ambiguous, "jsonrpc -32004"),
+            ("5 mcp -32003 is implementation-defined", Mcp, rpc(-32003), Unknown, true, Kind::Ambiguous, "jsonrpc -32003"),
+            ("5 mcp -32019 is implementation-defined", Mcp, rpc(-32019), Unknown, true, Kind::Ambiguous, "jsonrpc -32019"),
+            ("5 jsonrpc -32021 is MCP's only", JsonRpc, rpc(-32021), Unknown, true, Kind::Ambiguous, "jsonrpc -32021"),
             ("5 jsonrpc -32004 is A2A's only", JsonRpc, rpc(-32004), Unknown, true, Kind::Ambiguous, "jsonrpc -32004"),
             ("5 jsonrpc -32022 is MCP's only", JsonRpc, rpc(-32022), Unknown, true, Kind::Ambiguous, "jsonrpc -32022"),
             ("5 a2a -32001 is TaskNotFound", A2a, rpc(-32001), Unknown, true, Kind::Ambiguous, "jsonrpc -32001"),

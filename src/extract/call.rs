@@ -141,6 +141,7 @@ pub fn nest<'a>(outer: &Attempt<'a>, inner: &Attempt<'a>) -> Attempt<'a> {
             error_type: i.error_type.or(o.error_type),
             status_error: i.status_error || o.status_error,
             retry_after: i.retry_after.or(o.retry_after),
+            said: i.said.or(o.said),
         },
         ..inner.clone()
     }
@@ -188,6 +189,7 @@ pub fn transport<'a>(
                 r.timeout
             },
             status_error: r.status_error || (last && c.status_error),
+            said: if last { c.said.or(r.said) } else { r.said },
             ..*r
         },
         ..request.clone()
@@ -209,6 +211,7 @@ pub fn with_server<'a>(client: &Attempt<'a>, server: &Attempt<'a>) -> Attempt<'a
             error_type: c.error_type.or(s.error_type),
             status_error: c.status_error,
             retry_after: c.retry_after.or(s.retry_after),
+            said: c.said.or(s.said),
         },
         ..client.clone()
     }

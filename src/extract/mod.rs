@@ -8,6 +8,7 @@
 
 pub mod call;
 pub mod owned;
+mod words;
 
 pub use owned::Owned;
 
@@ -132,6 +133,34 @@ pub struct Signal<'a> {
     /// The server's delay (`Retry-After`), in nanoseconds from the span's end: how long it
     /// asked the client to wait before coming back. `None` when it said nothing parseable.
     pub retry_after: Option<u64>,
+    /// What the error's words say that its codes do not (DESIGN §12).
+    pub said: Said,
+}
+
+/// What an error's words — its status description, an `exception.message`, its `error.type` —
+/// say that its codes do not (DESIGN §12.2, §12.3, §12.5). Read only from failed spans.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Said {
+    /// Nothing more than the codes.
+    #[default]
+    Nothing,
+    /// An A2A "not supported" reason (`UNSUPPORTED_OPERATION`, …): row 1 whatever the code.
+    NotSupported,
+    /// An MCP tool, prompt or resource the server does not have: an undeclared operation.
+    UnknownOperation,
+    /// An MCP session that is gone (`Session not found`).
+    SessionGone,
+}
+
+impl Said {
+    /// This, else `other`.
+    pub fn or(self, other: Said) -> Said {
+        if self == Said::Nothing {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 /// One client span read as one attempt of a request.
@@ -452,6 +481,7 @@ fn read<'a>(
     let http_status = s
         .status
         .or(s.status_legacy)
+        .or_else(|| a2a_status(&s, family))
         .and_then(|c| u16::try_from(c).ok());
     let (jsonrpc_code, grpc_code) = codes(&s, family);
 
@@ -466,6 +496,15 @@ fn read<'a>(
     };
 
     let operation = operation_of(&s, family, span, (http_method, path));
+    let failed = span.status_error()
+        || s.error_type.is_some()
+        || jsonrpc_code.is_some()
+        || grpc_code.is_some_and(|c| c != 0);
+    let said = if failed {
+        words::said(family, operation.verb, jsonrpc_code, s.error_type, span)
+    } else {
+        Said::Nothing
+    };
 
     Ok(Attempt {
         client,
@@ -485,6 +524,7 @@ fn read<'a>(
                 .retry_after
                 .or(s.retry_after_legacy)
                 .and_then(|v| server_delay(v, span.end().max(span.start()))),
+            said,
         },
         tagged: s.tagged,
         start: span.start(),
@@ -509,9 +549,10 @@ fn codes(s: &Slots<'_>, family: Family) -> (Option<i64>, Option<i32>) {
         (None, code)
     } else {
         let from_error_type = match family {
-            Family::Mcp | Family::A2a | Family::JsonRpc => {
-                s.error_type.and_then(|t| t.trim().parse::<i64>().ok())
-            }
+            Family::Mcp | Family::A2a | Family::JsonRpc => s
+                .error_type
+                .and_then(|t| t.trim().parse::<i64>().ok())
+                .filter(|_| a2a_status(s, family).is_none()),
             _ => None,
         };
         let code = s
@@ -522,6 +563,18 @@ fn codes(s: &Slots<'_>, family: Family) -> (Option<i64>, Option<i32>) {
             .filter(|c| *c != 0);
         (code, None)
     }
+}
+
+/// On an a2a span, an integer `error.type` from 100 to 599 is an HTTP status, not a JSON-RPC
+/// code (DESIGN §12.5: A2A's HTTP binding).
+#[inline]
+fn a2a_status(s: &Slots<'_>, family: Family) -> Option<i64> {
+    if family != Family::A2a {
+        return None;
+    }
+    s.error_type
+        .and_then(|t| t.trim().parse::<i64>().ok())
+        .filter(|c| (100..600).contains(c))
 }
 
 /// The timeout a span reports: its `error.type`, or an exception's type, saying one.
@@ -693,6 +746,11 @@ fn locate<'a>(s: &Slots<'a>) -> (Option<OriginParts<'a>>, Option<&'a str>) {
 const DISCOVERY_METHODS: &[&str] = &[
     "server/discover",
     "initialize",
+    // The MCP list methods read what the server offers (DESIGN §12.2).
+    "tools/list",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
     "GetExtendedAgentCard",
     "agent/getAuthenticatedExtendedCard",
 ];

@@ -3,7 +3,7 @@
 //!
 //! Core: pure. One allocation an attempt: its strings, one after another, in one buffer.
 
-use super::{Attempt, Client, Family, Operation, Signal};
+use super::{Attempt, Client, Family, Operation, Said, Signal};
 use crate::url::Origin;
 use std::ops::Range;
 
@@ -38,6 +38,7 @@ pub struct Owned {
     grpc_code: Option<i32>,
     status_error: bool,
     retry_after: Option<u64>,
+    said: Said,
     tagged: bool,
     start: u64,
     end: u64,
@@ -103,6 +104,7 @@ impl Owned {
             grpc_code: a.signal.grpc_code,
             status_error: a.signal.status_error,
             retry_after: a.signal.retry_after,
+            said: a.signal.said,
             tagged: a.tagged,
             start: a.start,
             end: a.end,
@@ -144,6 +146,7 @@ impl Owned {
                 error_type: self.text(Text::ErrorType),
                 status_error: self.status_error,
                 retry_after: self.retry_after,
+                said: self.said,
             },
             tagged: self.tagged,
             start: self.start,
@@ -198,6 +201,7 @@ mod tests {
                 error_type: Some("tool_error"),
                 status_error: true,
                 retry_after: Some(2_000),
+                said: Said::SessionGone,
             },
             tagged: true,
             start: 100,

@@ -648,3 +648,94 @@ fn a_protocol_span_that_gives_its_error_in_words_carries_its_code() {
     http.attributes = vec![s("http.request.method", "POST")];
     assert_eq!(read(&http, false), None);
 }
+
+#[test]
+fn what_a_failed_spans_words_say_is_read_from_its_status_events_and_error_type() {
+    // DESIGN §12.3, §12.5: A2A's reasons in any binding; MCP's unknown tools and gone
+    // sessions; an A2A integer error.type from 100 to 599 is an HTTP status.
+    let r = resource();
+    let read = |sp: &Span| {
+        let signal = extract(client_of(&r), &sp, DEFAULT_MAX_ATTRIBUTES)
+            .expect("attempt")
+            .signal;
+        (signal.said, signal.http_status, signal.jsonrpc_code)
+    };
+    let failed = |attributes, message: &str| {
+        let mut sp = span("x", attributes);
+        sp.status = Some(Status {
+            code: StatusCode::Error as i32,
+            message: message.into(),
+        });
+        sp
+    };
+    let grpc = failed(
+        vec![s("rpc.system", "grpc"), i("rpc.grpc.status_code", 9)],
+        "UNSUPPORTED_OPERATION: streaming is not offered",
+    );
+    assert_eq!(read(&grpc).0, Said::NotSupported);
+    let mut quiet = grpc.clone();
+    quiet.status = None;
+    assert_eq!(read(&quiet).0, Said::Nothing, "no words, nothing said");
+    let a2a = span(
+        "x",
+        vec![
+            s("a2a.method.name", "CreateTaskPushNotificationConfig"),
+            s("error.type", "PushNotificationNotSupportedError"),
+        ],
+    );
+    assert_eq!(read(&a2a).0, Said::NotSupported);
+    let mut unknown = failed(
+        vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "v0"),
+        ],
+        "",
+    );
+    unknown.attributes.push(s("error.type", "-32602"));
+    unknown.events.push(Event {
+        name: "exception".into(),
+        attributes: vec![s("exception.message", "Unknown tool: v0")],
+        ..Default::default()
+    });
+    assert_eq!(read(&unknown).0, Said::UnknownOperation);
+    let gone = failed(
+        vec![
+            s("mcp.method.name", "tools/call"),
+            s("error.type", "-32600"),
+        ],
+        "Session not found",
+    );
+    assert_eq!(read(&gone).0, Said::SessionGone);
+    let resource_gone = span(
+        "x",
+        vec![
+            s("mcp.method.name", "resources/read"),
+            s("error.type", "-32002"),
+        ],
+    );
+    assert_eq!(read(&resource_gone).0, Said::UnknownOperation);
+    let ok = span(
+        "x",
+        vec![
+            s("mcp.method.name", "tools/call"),
+            s("gen_ai.tool.name", "unknown tool"),
+        ],
+    );
+    assert_eq!(read(&ok).0, Said::Nothing, "a span that did not fail");
+    let status = span(
+        "x",
+        vec![s("a2a.method.name", "GetTask"), s("error.type", "503")],
+    );
+    assert_eq!(read(&status), (Said::Nothing, Some(503), None));
+    let code = span(
+        "x",
+        vec![s("a2a.method.name", "GetTask"), s("error.type", "-32001")],
+    );
+    assert_eq!(read(&code).2, Some(-32001));
+    assert_eq!(read(&code).1, None);
+    let mcp = span(
+        "x",
+        vec![s("mcp.method.name", "tools/call"), s("error.type", "503")],
+    );
+    assert_eq!(read(&mcp).2, Some(503), "only on a2a spans");
+}

@@ -138,8 +138,13 @@ impl Pipeline {
         client: u64,
     ) -> Placed<'i> {
         let interface_name = interfaces.name(interface);
-        let declared = interfaces.declared(interface, path);
         let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
+        // A tool, prompt or resource the server does not have is an undeclared operation
+        // (DESIGN §12.3), whatever its path.
+        let declared = match attempt.signal.said {
+            extract::Said::UnknownOperation => Declared::No,
+            _ => interfaces.declared(interface, path),
+        };
         let succeeded = outcome == classify::Outcome::Ok;
         Placed {
             interface,

@@ -2,6 +2,7 @@
 //! real stacks record (FastMCP, the MCP SDK with the httpx instrumentation, an observed server).
 
 use super::*;
+use crate::extract::Said;
 use crate::url::Origin;
 
 const AGENT: Client<'static> = Client {
@@ -336,10 +337,12 @@ fn the_server_side_fills_in_what_the_client_did_not_say() {
             timeout: Some("Deadline"),
             retry_after: Some(9),
             status_error: true,
+            said: Said::SessionGone,
         },
         ..mcp("tools/call", "lookup")
     };
     let call = with_server(&client_ok, &server);
+    assert_eq!(call.signal.said, Said::SessionGone, "the server's words");
     assert_eq!(call.signal.http_status, Some(200), "the client's code");
     assert_eq!(call.signal.jsonrpc_code, Some(-32602), "else the server's");
     assert_eq!(call.signal.error_type, Some("ValidationError"));

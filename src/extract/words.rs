@@ -1,0 +1,253 @@
+//! What an error's words say that its codes do not (DESIGN §12): an A2A "not supported"
+//! reason as the gRPC and HTTP bindings carry it, an MCP tool, prompt or resource the server
+//! does not have, an MCP session that is gone.
+//!
+//! Core: pure, and read only for a failed span; it allocates nothing (words are compared
+//! without regard to case, in place).
+
+use super::{Family, Said, SpanView};
+
+/// A2A's "not supported" reasons, lower case, with nothing between words.
+const A2A_REASONS: [&str; 5] = [
+    "unsupportedoperation",
+    "pushnotificationnotsupported",
+    "contenttypenotsupported",
+    "versionnotsupported",
+    "extendedagentcardnotconfigured",
+];
+
+/// MCP's "resource not found" (revision 2025-06-18 and later).
+const MCP_RESOURCE_NOT_FOUND: i64 = -32002;
+/// JSON-RPC's invalid params, which MCP servers answer an unknown tool or prompt with.
+const INVALID_PARAMS: i64 = -32602;
+
+/// What a failed span of `family` and `method` says in words: its `error.type`, its status
+/// description, its `exception` events' messages.
+pub(super) fn said<'a>(
+    family: Family,
+    method: &str,
+    jsonrpc_code: Option<i64>,
+    error_type: Option<&'a str>,
+    span: &dyn SpanView<'a>,
+) -> Said {
+    if family == Family::Mcp
+        && method == "resources/read"
+        && jsonrpc_code == Some(MCP_RESOURCE_NOT_FOUND)
+    {
+        return Said::UnknownOperation;
+    }
+    if family != Family::Mcp && error_type.is_some_and(names_a2a_reason) {
+        return Said::NotSupported;
+    }
+    let said = heard(
+        family,
+        method,
+        jsonrpc_code,
+        error_type,
+        span.status_message(),
+    );
+    if said != Said::Nothing {
+        return said;
+    }
+    let mut said = Said::Nothing;
+    span.exceptions(&mut |_, message| {
+        said = message.map_or(Said::Nothing, |m| {
+            heard(family, method, jsonrpc_code, error_type, m)
+        });
+        said != Said::Nothing
+    });
+    said
+}
+
+/// What one message says.
+fn heard(
+    family: Family,
+    method: &str,
+    jsonrpc_code: Option<i64>,
+    error_type: Option<&str>,
+    text: &str,
+) -> Said {
+    if text.is_empty() {
+        return Said::Nothing;
+    }
+    if family != Family::Mcp {
+        return if names_a2a_reason(text) {
+            Said::NotSupported
+        } else {
+            Said::Nothing
+        };
+    }
+    if contains(text, "session not found") {
+        return Said::SessionGone;
+    }
+    if unknown_operation(method, jsonrpc_code, error_type, text) {
+        return Said::UnknownOperation;
+    }
+    Said::Nothing
+}
+
+/// An MCP `tools/call`, `prompts/get` or `resources/read` answered with words that say the
+/// tool, prompt or resource does not exist (`Unknown tool: x`, `Tool x not found`), by
+/// invalid params, a resource's not found (`-32002`, which needs no words for a
+/// `resources/read`: [`said`]), or as a tool error with no code.
+fn unknown_operation(
+    method: &str,
+    jsonrpc_code: Option<i64>,
+    error_type: Option<&str>,
+    text: &str,
+) -> bool {
+    let noun = match method {
+        "tools/call" => "tool",
+        "prompts/get" => "prompt",
+        "resources/read" => "resource",
+        _ => return false,
+    };
+    let answered = match jsonrpc_code {
+        Some(code) => code == INVALID_PARAMS || code == MCP_RESOURCE_NOT_FOUND,
+        None => error_type.is_some(),
+    };
+    answered && says_unknown(noun, text)
+}
+
+/// `unknown <noun>` anywhere, or `<noun> … not found` from the message's start (after an
+/// optional `Name: ` prefix), without regard to case.
+fn says_unknown(noun: &str, text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let unknown = bytes.windows(8 + noun.len()).any(|w| {
+        w[..8].eq_ignore_ascii_case(b"unknown ") && w[8..].eq_ignore_ascii_case(noun.as_bytes())
+    });
+    if unknown {
+        return true;
+    }
+    let bare = match text.trim().split_once(": ") {
+        Some((name, rest)) if !name.contains(char::is_whitespace) => rest,
+        _ => text.trim(),
+    };
+    bare.len() > noun.len()
+        && bare.as_bytes()[..noun.len()].eq_ignore_ascii_case(noun.as_bytes())
+        && bare.as_bytes()[noun.len()] == b' '
+        && contains(bare, " not found")
+}
+
+/// Whether `text` contains `needle` (lower case ASCII), without regard to case.
+fn contains(text: &str, needle: &str) -> bool {
+    text.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+/// Whether the first word of `text` (up to a `:`, a space or its end) is an A2A "not
+/// supported" reason: any case, `_` or `-` or nothing between words, an `Error` suffix allowed.
+fn names_a2a_reason(text: &str) -> bool {
+    let word = text
+        .trim_start()
+        .split([':', ' ', '\t', '('])
+        .next()
+        .unwrap_or("");
+    // The longest reason with its suffix, with a separator between each of its words.
+    if word.len() > 48 {
+        return false;
+    }
+    let mut squeezed = [0u8; 48];
+    let mut len = 0;
+    for b in word.bytes().filter(|b| *b != b'_' && *b != b'-') {
+        squeezed[len] = b.to_ascii_lowercase();
+        len += 1;
+    }
+    let squeezed = &squeezed[..len];
+    let bare = squeezed.strip_suffix(b"error").unwrap_or(squeezed);
+    A2A_REASONS.iter().any(|r| r.as_bytes() == bare)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a2a_reasons_in_every_spelling() {
+        for yes in [
+            "UNSUPPORTED_OPERATION: streaming is not offered",
+            "PushNotificationNotSupportedError",
+            "content-type-not-supported",
+            "VersionNotSupported",
+            "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+            "  unsupported_operation (grpc)",
+        ] {
+            assert!(names_a2a_reason(yes), "{yes}");
+        }
+        for no in [
+            "task t-9 is already completed",
+            "UnsupportedOperations",
+            "the operation UNSUPPORTED_OPERATION",
+            "",
+            "Error",
+        ] {
+            assert!(!names_a2a_reason(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn unknown_tools_prompts_and_resources() {
+        let tool = |code, error_type, text| unknown_operation("tools/call", code, error_type, text);
+        assert!(tool(Some(-32602), None, "Unknown tool: lookup_v0"));
+        assert!(tool(
+            Some(-32602),
+            None,
+            "McpError: Tool lookup_v1 not found"
+        ));
+        assert!(tool(None, Some("tool_error"), "unknown tool 'x'"));
+        assert!(tool(
+            None,
+            Some("NotFoundError"),
+            "Tool lookup_v1 not found"
+        ));
+        assert!(!tool(
+            Some(-32602),
+            None,
+            "Invalid arguments for tool lookup: q"
+        ));
+        assert!(!tool(Some(-32603), None, "Unknown tool: x"), "another code");
+        assert!(!tool(None, None, "Unknown tool: x"), "no error at all");
+        assert!(!tool(None, Some("tool_error"), "division by zero"));
+        assert!(!tool(Some(-32602), None, "the tool said: record not found"));
+        let prompt = |text| unknown_operation("prompts/get", Some(-32602), None, text);
+        assert!(prompt("unknown prompt 'summary'"));
+        assert!(prompt("Prompt summary not found"));
+        let resource = |code, text| unknown_operation("resources/read", code, None, text);
+        assert!(resource(
+            Some(-32002),
+            "Resource file:///gone.txt not found"
+        ));
+        assert!(resource(
+            Some(-32602),
+            "Resource file:///gone.txt not found"
+        ));
+        assert!(!resource(
+            Some(-32603),
+            "Resource file:///gone.txt not found"
+        ));
+        assert!(!tool(Some(-32002), None, "no such row"));
+        assert!(!unknown_operation(
+            "tools/list",
+            Some(-32602),
+            None,
+            "Unknown tool: x"
+        ));
+    }
+
+    #[test]
+    fn what_a_message_says_by_family() {
+        let mcp = |text| heard(Family::Mcp, "tools/call", Some(-32600), None, text);
+        assert_eq!(mcp("Session not found"), Said::SessionGone);
+        assert_eq!(mcp("Bad Request: session NOT FOUND"), Said::SessionGone);
+        assert_eq!(
+            mcp("UNSUPPORTED_OPERATION"),
+            Said::Nothing,
+            "A2A's words on MCP"
+        );
+        assert_eq!(mcp(""), Said::Nothing);
+        let a2a = |text| heard(Family::Grpc, "a2a.v1.A2AService", None, None, text);
+        assert_eq!(a2a("UNSUPPORTED_OPERATION: no"), Said::NotSupported);
+        assert_eq!(a2a("Session not found"), Said::Nothing);
+    }
+}
