@@ -225,6 +225,7 @@ fn observation(thread: u64, n: u64) -> Observation {
         declared: Declared::Unknown,
         discovery: Discovery::None,
         retry_after: None,
+        anonymous: false,
         trace_id: [0; 16],
         span_id: n.to_be_bytes(),
     }

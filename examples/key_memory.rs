@@ -67,6 +67,7 @@ fn main() {
                 declared: Declared::Unknown,
                 discovery: Discovery::None,
                 retry_after: None,
+                anonymous: false,
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };

@@ -502,6 +502,11 @@ pub struct TrackerConfig {
     /// ids, its strings included, not the span); past it, as past `max_held_spans`. The calls
     /// kept for a late part may take as much again, their requests' bytes included.
     pub max_held_mib: u64,
+    /// How far apart a refusal and a success of the same operation on one interface may be
+    /// for the interface to have contradicted itself (DESIGN §13), and how long a
+    /// contradiction is remembered before it is counted again.
+    #[serde(deserialize_with = "duration")]
+    pub honesty_window: Duration,
 }
 
 impl TrackerConfig {
@@ -523,6 +528,7 @@ impl Default for TrackerConfig {
             state_interval: Duration::from_secs(60),
             max_held_spans: 10_000,
             max_held_mib: 16,
+            honesty_window: Duration::from_secs(3600),
         }
     }
 }

@@ -84,6 +84,9 @@ impl Config {
         if self.tracker.probe_window.is_zero() {
             return invalid("tracker.probe_window".into(), "must be longer than 0");
         }
+        if self.tracker.honesty_window.is_zero() {
+            return invalid("tracker.honesty_window".into(), "must be longer than 0");
+        }
         if self.tracker.key_ttl < self.tracker.probe_window {
             return invalid(
                 "tracker.key_ttl".into(),

@@ -7,7 +7,9 @@
 //! with the facts of every span of the call that belong to it, or a part of another's. It
 //! finds no spans, holds nothing and knows no interface beyond the closure it is given.
 
-use super::{Attempt, Client, Family, Operation, Signal, UNKNOWN_CLIENT};
+#[cfg(test)]
+use super::Client;
+use super::{Attempt, Family, Operation, Signal};
 
 /// Which side of a call a span was recorded on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,12 +219,6 @@ pub fn with_server<'a>(client: &Attempt<'a>, server: &Attempt<'a>) -> Attempt<'a
     }
 }
 
-/// The client nobody named.
-const UNKNOWN: Client<'static> = Client {
-    name: UNKNOWN_CLIENT,
-    instance: None,
-};
-
 /// How one span of a call is joined to the others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Joined {
@@ -345,7 +341,9 @@ fn server_attempts<'a>(
                 } else {
                     proxied(joined, i).and_then(|p| up.named[p])
                 };
-                let client = named.map_or(UNKNOWN, |h| members[h].attempt.client);
+                // Named nowhere: nobody's, with the address its carrier saw (DESIGN §12.6).
+                let client =
+                    named.map_or(members[front].attempt.client, |h| members[h].attempt.client);
                 out.roles[i] = Role::Attempt(out.attempts.len());
                 out.attempts.push(Assembled {
                     attempt: Attempt {

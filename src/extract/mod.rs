@@ -422,12 +422,14 @@ pub fn extract_server<'a>(
 
 /// The client of an observed interface's SERVER span (DESIGN §9): the value of the first of
 /// `client_from` the span carries (each also under its legacy name), the instance its
-/// `client.address` (`net.sock.peer.addr`, `net.peer.ip`). `None` when it names no client.
+/// `client.address` (`net.sock.peer.addr`, `net.peer.ip`), and whether it named one: a span
+/// that names none is [`UNKNOWN_CLIENT`]'s, still with its address for an instance (DESIGN
+/// §12.6: one address's attempts are one instance's).
 pub fn server_client<'a>(
     span: &dyn SpanView<'a>,
     client_from: &[String],
     max_attributes: usize,
-) -> Option<Client<'a>> {
+) -> (Client<'a>, bool) {
     let legacy = |name: &str| match name {
         "user_agent.original" => Some("http.user_agent"),
         _ => None,
@@ -453,10 +455,11 @@ pub fn server_client<'a>(
             }
         }
     });
-    Some(Client {
-        name: name?,
+    let client = Client {
+        name: name.unwrap_or(UNKNOWN_CLIENT),
         instance: instance.into_iter().flatten().next(),
-    })
+    };
+    (client, name.is_some())
 }
 
 /// The name of a server-side client that named itself nowhere.

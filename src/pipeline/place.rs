@@ -177,6 +177,8 @@ pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observ
         retry_after: attempt.signal.retry_after,
         trace_id,
         span_id,
+        anonymous: attempt.client.name == extract::UNKNOWN_CLIENT
+            && attempt.client.instance.is_none(),
     }
 }
 

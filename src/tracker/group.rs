@@ -165,7 +165,7 @@ impl Group {
         room: usize,
         mut name: impl FnMut(&str) -> Arc<str>,
     ) -> Group {
-        let mut group = Group::new(labels);
+        let mut group = Group::new(labels, false);
         group.lists = state.lists;
         // Sorted ascending: the latest are kept.
         let refusals = &mut group.lists.refusals;
@@ -192,10 +192,13 @@ impl Group {
         group
     }
 
-    pub(super) fn new(labels: u32) -> Group {
+    pub(super) fn new(labels: u32, anonymous: bool) -> Group {
         Group {
             labels,
-            lists: Lists::default(),
+            lists: Lists {
+                anonymous,
+                ..Lists::default()
+            },
             keys: KeyMap::default(),
             pending: Pending::default(),
             oldest_seen: Nanos::MAX,
@@ -285,7 +288,11 @@ impl Group {
             self.settle(now, p, out);
         }
         let read = obs.discovery == Discovery::Read;
-        let entry = Entry::of(obs);
+        let mut entry = Entry::of(obs);
+        if self.lists.anonymous {
+            // Never honored: nothing tells its clients apart (DESIGN §12.6).
+            entry.set(JUDGED);
+        }
         // Where the group compares the attempt's end, it compares the end as kept.
         let end = entry.end();
         let key = self.keys.get_mut(&obs.operation)?;
@@ -763,6 +770,7 @@ mod tests {
             declared: Declared::Unknown,
             discovery: Discovery::None,
             retry_after: None,
+            anonymous: false,
             trace_id: [0; 16],
             span_id: n.to_be_bytes(),
         }
@@ -770,7 +778,7 @@ mod tests {
 
     /// A group with one key, operation 1.
     fn one_key(p: &Params) -> Group {
-        let mut group = Group::new(0);
+        let mut group = Group::new(0, false);
         group.insert(1, Key::new(p, std::sync::Arc::from("op")));
         group
     }

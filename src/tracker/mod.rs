@@ -136,6 +136,10 @@ pub struct Observation {
     pub trace_id: [u8; 16],
     /// The span's id.
     pub span_id: [u8; 8],
+    /// Nobody owns its client's name (DESIGN §12.6: a server span that names no client and
+    /// no address): its attempts are counted by class, but none is judged a violation or
+    /// counted honored. The whole group is so; the first attempt of a group decides.
+    pub anonymous: bool,
 }
 
 /// An attempt's verdict as known when it arrived: what its span is tagged with. The
@@ -493,7 +497,7 @@ impl Tracker {
         let group = shard
             .groups
             .entry(obs.group)
-            .or_insert_with(|| Group::new(obs.labels));
+            .or_insert_with(|| Group::new(obs.labels, obs.anonymous));
         group.open(obs.operation, group::Key::new(p, name), now);
         shard.keys += 1;
         self.keys.fetch_add(1, Ordering::Relaxed);

@@ -18,6 +18,9 @@ pub(super) struct Lists {
     pub(super) first_read: Option<Nanos>,
     /// The latest refusals' ends (verified or not), sorted: what probes are judged against.
     pub(super) refusals: Vec<Nanos>,
+    /// Nobody owns the group's client name (DESIGN §12.6): no attempt is judged a violation.
+    #[serde(default)]
+    pub(super) anonymous: bool,
 }
 
 impl Lists {
@@ -82,6 +85,9 @@ impl Lists {
     ) -> Verdict {
         let read_before = self.read_before(a.start);
         let kind = classify::classify(a.outcome(), a.declared(), read_before).kind;
+        if self.anonymous {
+            return (kind, None, 1);
+        }
         let Some(pred) = pred else {
             return (kind, self.probe(a, p), 1);
         };

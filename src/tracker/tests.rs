@@ -42,6 +42,7 @@ fn at(op: u64, start_ms: u64) -> A {
         declared: Declared::Unknown,
         discovery: Discovery::None,
         retry_after: None,
+        anonymous: false,
         trace_id: [7; 16],
         span_id: (op * 1_000_003 + start_ms).to_be_bytes(),
     })
@@ -176,6 +177,37 @@ fn retry_after_refusal() {
     ]);
     assert_eq!(c.violations, v("retry_after_refusal", 2));
     assert_eq!(c.kinds["protocol_not_supported"], 3);
+}
+
+/// DESIGN §12.6: a group nobody owns is counted by kind, but nothing in it is judged a
+/// violation or counted honored; a group owned by someone is judged as always.
+#[test]
+fn a_name_nobody_owns_judges_nobody() {
+    let nobody = |a: A| {
+        A(Observation {
+            anonymous: true,
+            ..a.0
+        })
+    };
+    let attempts = [
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported),
+        at(1, 200).fails(Outcome::NotSupported),
+        at(2, 300).fails(Outcome::Transient),
+        at(2, 400).fails(Outcome::Transient),
+        at(2, 500).fails(Outcome::Transient),
+        at(2, 600).fails(Outcome::Transient),
+        at(2, 700).fails(Outcome::Transient),
+        at(3, 800).undeclared().fails(Outcome::NotFound),
+    ];
+    let owned = run(&attempts);
+    assert!(!owned.violations.is_empty());
+    assert!(owned.honored > 0);
+    let anonymous: Vec<A> = attempts.iter().map(|a| nobody(*a)).collect();
+    let c = run(&anonymous);
+    assert_eq!(c.kinds, owned.kinds, "counted by kind as before");
+    assert_eq!(c.violations, BTreeMap::new());
+    assert_eq!(c.honored, 0);
 }
 
 #[test]

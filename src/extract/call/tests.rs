@@ -2,7 +2,7 @@
 //! real stacks record (FastMCP, the MCP SDK with the httpx instrumentation, an observed server).
 
 use super::*;
-use crate::extract::Said;
+use crate::extract::{Client, Said, UNKNOWN_CLIENT};
 use crate::url::Origin;
 
 const AGENT: Client<'static> = Client {
@@ -52,7 +52,10 @@ fn server(attempt: Attempt<'static>, named: bool) -> Member<'static> {
                     instance: None,
                 }
             } else {
-                UNKNOWN
+                Client {
+                    name: crate::extract::UNKNOWN_CLIENT,
+                    instance: None,
+                }
             },
             ..attempt
         },

@@ -67,7 +67,7 @@ impl Pipeline {
         let client_from = interfaces
             .client_from(InterfaceRef::Configured(index))
             .unwrap_or_default();
-        let named = extract::server_client(span, client_from, self.max_attributes);
+        let (client, named) = extract::server_client(span, client_from, self.max_attributes);
         let parent = (!attempt.parent_span_id.is_empty())
             .then(|| key(attempt.trace_id, attempt.parent_span_id));
         Some(Node {
@@ -78,12 +78,9 @@ impl Pipeline {
             // A server's span is never kept for a late part (it is remembered, observed).
             at: At::default(),
             member: Member {
-                attempt: Attempt {
-                    client: named.unwrap_or(UNKNOWN),
-                    ..attempt
-                },
+                attempt: Attempt { client, ..attempt },
                 side: Side::Server(index),
-                named: named.is_some(),
+                named,
             },
         })
     }

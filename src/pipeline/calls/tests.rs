@@ -299,6 +299,7 @@ fn observed(n: u64) -> Observation {
         declared: crate::discovery::Declared::Unknown,
         discovery: crate::extract::Discovery::None,
         retry_after: None,
+        anonymous: false,
         trace_id: [0; 16],
         span_id: [0; 8],
     }
