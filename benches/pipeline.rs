@@ -226,6 +226,7 @@ fn observation(thread: u64, n: u64) -> Observation {
         discovery: Discovery::None,
         retry_after: None,
         anonymous: false,
+        asked: Default::default(),
         trace_id: [0; 16],
         span_id: n.to_be_bytes(),
     }

@@ -68,6 +68,7 @@ fn main() {
                 discovery: Discovery::None,
                 retry_after: None,
                 anonymous: false,
+                asked: Default::default(),
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };

@@ -45,6 +45,10 @@ pub enum Kind {
     Transient,
     /// Anything else that failed.
     Ambiguous,
+    /// MCP `-32020` HeaderMismatch: the client must read before it sends again (DESIGN §12.2).
+    HeaderMismatch,
+    /// An MCP session that is gone: the client must start a new one before it sends again.
+    SessionExpired,
 }
 
 /// What a client following the decision boundary does next.
@@ -78,17 +82,24 @@ pub enum Outcome {
     Transient,
     /// Any other failure.
     Other,
+    /// MCP `-32020` HeaderMismatch.
+    HeaderMismatch,
+    /// An MCP session that is gone: a 404 for a request that carried one, or an error saying
+    /// `Session not found`.
+    SessionGone,
 }
 
 impl Outcome {
     /// Every outcome, in the order declared.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Ok,
         Outcome::NotSupported,
         Outcome::NotFound,
         Outcome::Throttled,
         Outcome::Transient,
         Outcome::Other,
+        Outcome::HeaderMismatch,
+        Outcome::SessionGone,
     ];
 }
 
@@ -128,6 +139,7 @@ impl fmt::Display for Reason<'_> {
             Reason::Error(Some(what)) => write!(f, "error {what}"),
             Reason::Error(None) => f.write_str("error"),
             Reason::Said(Said::NotSupported) => f.write_str("a2a not supported"),
+            Reason::Said(Said::VersionNotSupported) => f.write_str("a2a version not supported"),
             Reason::Said(Said::UnknownOperation) => f.write_str("unknown operation"),
             Reason::Said(Said::SessionGone) => f.write_str("session not found"),
             Reason::Said(Said::Nothing) => f.write_str("error"),
@@ -151,6 +163,8 @@ const GRPC_RESOURCE_EXHAUSTED: i32 = 8;
 const GRPC_UNIMPLEMENTED: i32 = 12;
 const GRPC_UNAVAILABLE: i32 = 14;
 const JSONRPC_METHOD_NOT_FOUND: i64 = -32601;
+/// MCP's HeaderMismatch (revision 2026-07-28): a header disagrees with the body.
+const MCP_HEADER_MISMATCH: i64 = -32020;
 /// The MCP SDKs' request timeout; in A2A the same number is TaskNotFound.
 const MCP_REQUEST_TIMEOUT: i64 = -32001;
 /// A2A v1.0's statements about what the agent does not support: PushNotificationNotSupported,
@@ -172,6 +186,20 @@ fn not_supported(family: Family, code: i64) -> bool {
         }
 }
 
+/// MCP's UnsupportedProtocolVersion and A2A's VersionNotSupported.
+const MCP_VERSION_NOT_SUPPORTED: i64 = -32022;
+const A2A_VERSION_NOT_SUPPORTED: i64 = -32009;
+
+/// Whether the answer refused the protocol version the request named, not the operation
+/// (DESIGN §12.1): an attempt naming another version after it is a new question.
+pub fn refuses_version(family: Family, signal: &Signal<'_>) -> bool {
+    match (family, signal.jsonrpc_code) {
+        (Family::Mcp, Some(MCP_VERSION_NOT_SUPPORTED)) => true,
+        (Family::A2a, Some(A2A_VERSION_NOT_SUPPORTED)) => true,
+        _ => signal.said == Said::VersionNotSupported,
+    }
+}
+
 /// Reduces a signal to its outcome and the reason for it. A JSON-RPC code beats an HTTP
 /// status; the rows are tried in the table's order, so the first that matches wins.
 pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>) {
@@ -186,11 +214,22 @@ pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>)
     let mcp_timeout = family == Family::Mcp && jsonrpc == Some(MCP_REQUEST_TIMEOUT);
 
     match signal.said {
-        Said::NotSupported => return (Outcome::NotSupported, Reason::Said(signal.said)),
+        Said::NotSupported | Said::VersionNotSupported => {
+            return (Outcome::NotSupported, Reason::Said(signal.said))
+        }
         // An undeclared operation: row 2 on the declared status the caller gives it
         // (`Declared::No`, DESIGN §12.3).
         Said::UnknownOperation => return (Outcome::NotFound, Reason::Said(signal.said)),
+        Said::SessionGone if family == Family::Mcp => {
+            return (Outcome::SessionGone, Reason::Said(signal.said))
+        }
         Said::Nothing | Said::SessionGone => {}
+    }
+    if family == Family::Mcp && jsonrpc == Some(MCP_HEADER_MISMATCH) {
+        return (
+            Outcome::HeaderMismatch,
+            Reason::JsonRpc(MCP_HEADER_MISMATCH),
+        );
     }
     if let Some(code) = jsonrpc.filter(|c| not_supported(family, *c)) {
         return (Outcome::NotSupported, Reason::JsonRpc(code));
@@ -283,6 +322,16 @@ pub fn classify(outcome: Outcome, declared: Declared, discovery_read: bool) -> V
         Outcome::NotFound | Outcome::Other => {
             v(Class::Ambiguous, Kind::Ambiguous, Decision::Abstain)
         }
+        Outcome::HeaderMismatch => v(
+            Class::Ambiguous,
+            Kind::HeaderMismatch,
+            Decision::FetchDiscovery,
+        ),
+        Outcome::SessionGone => v(
+            Class::Ambiguous,
+            Kind::SessionExpired,
+            Decision::FetchDiscovery,
+        ),
     }
 }
 
@@ -324,7 +373,7 @@ impl Class {
 
 impl Kind {
     /// Every kind, in label order.
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Ok,
         Kind::ProtocolNotSupported,
         Kind::InterfaceNotDeclared,
@@ -332,6 +381,8 @@ impl Kind {
         Kind::Throttled,
         Kind::Transient,
         Kind::Ambiguous,
+        Kind::HeaderMismatch,
+        Kind::SessionExpired,
     ];
 
     /// The label value.
@@ -344,6 +395,8 @@ impl Kind {
             Kind::Throttled => "throttled",
             Kind::Transient => "transient",
             Kind::Ambiguous => "ambiguous",
+            Kind::HeaderMismatch => "header_mismatch",
+            Kind::SessionExpired => "session_expired",
         }
     }
 
@@ -354,7 +407,9 @@ impl Kind {
             Kind::ProtocolNotSupported | Kind::InterfaceNotDeclared => {
                 Decision::RouteElsewhereOrAbstain
             }
-            Kind::UnverifiedRefusal => Decision::FetchDiscovery,
+            Kind::UnverifiedRefusal | Kind::HeaderMismatch | Kind::SessionExpired => {
+                Decision::FetchDiscovery
+            }
             Kind::Throttled | Kind::Transient => Decision::RetryWithBackoff,
             Kind::Ambiguous => Decision::Abstain,
         }
@@ -365,7 +420,10 @@ impl Kind {
         match self {
             Kind::Ok => Class::Ok,
             Kind::ProtocolNotSupported | Kind::InterfaceNotDeclared => Class::Refusal,
-            Kind::UnverifiedRefusal | Kind::Ambiguous => Class::Ambiguous,
+            Kind::UnverifiedRefusal
+            | Kind::Ambiguous
+            | Kind::HeaderMismatch
+            | Kind::SessionExpired => Class::Ambiguous,
             Kind::Throttled => Class::Throttled,
             Kind::Transient => Class::Transient,
         }
@@ -469,7 +527,10 @@ mod tests {
             ("5 jsonrpc -32602", Mcp, rpc(-32602), Unknown, true, Kind::Ambiguous, "jsonrpc -32602"),
             ("5 a2a -32002 TaskNotCancelable", A2a, rpc(-32002), Unknown, true, Kind::Ambiguous, "jsonrpc -32002"),
             ("5 a2a -32006 InvalidAgentResponse", A2a, rpc(-32006), Unknown, true, Kind::Ambiguous, "jsonrpc -32006"),
-            ("5 mcp -32020", Mcp, rpc(-32020), Unknown, true, Kind::Ambiguous, "jsonrpc -32020"),
+            ("5 mcp -32020 asks for a read", Mcp, rpc(-32020), Unknown, true, Kind::HeaderMismatch, "jsonrpc -32020"),
+            ("5 jsonrpc -32020 is MCP's only", JsonRpc, rpc(-32020), Unknown, true, Kind::Ambiguous, "jsonrpc -32020"),
+            ("5 mcp session not found", Mcp, said(Signal { http_status: Some(404), ..rpc(-32600) }, Said::SessionGone), Yes, true, Kind::SessionExpired, "session not found"),
+            ("5 a2a session words mean nothing", A2a, said(rpc(-32600), Said::SessionGone), Yes, true, Kind::Ambiguous, "jsonrpc -32600"),
             ("5 mcp -32004 is not MCP's", Mcp, rpc(-32004), Unknown, true, Kind::Ambiguous, "jsonrpc -32004"),
             ("5 mcp -32003 is implementation-defined", Mcp, rpc(-32003), Unknown, true, Kind::Ambiguous, "jsonrpc -32003"),
             ("5 mcp -32019 is implementation-defined", Mcp, rpc(-32019), Unknown, true, Kind::Ambiguous, "jsonrpc -32019"),
@@ -489,6 +550,25 @@ mod tests {
             assert_eq!(verdict.class, kind.class(), "{name}");
             assert_eq!(reason(out, declared, r).to_string(), why, "{name}");
         }
+    }
+
+    #[test]
+    fn only_a_version_refusal_refuses_the_version() {
+        let rpc = |c: i64| Signal {
+            jsonrpc_code: Some(c),
+            ..sig()
+        };
+        assert!(refuses_version(Family::Mcp, &rpc(-32022)));
+        assert!(refuses_version(Family::A2a, &rpc(-32009)));
+        assert!(!refuses_version(Family::A2a, &rpc(-32022)), "MCP's code");
+        assert!(!refuses_version(Family::Mcp, &rpc(-32009)), "A2A's code");
+        assert!(!refuses_version(Family::Mcp, &rpc(-32601)));
+        let words = |said| Signal { said, ..sig() };
+        assert!(refuses_version(
+            Family::Grpc,
+            &words(Said::VersionNotSupported)
+        ));
+        assert!(!refuses_version(Family::Grpc, &words(Said::NotSupported)));
     }
 
     #[test]
@@ -548,6 +628,8 @@ mod tests {
             Just(Outcome::Throttled),
             Just(Outcome::Transient),
             Just(Outcome::Other),
+            Just(Outcome::HeaderMismatch),
+            Just(Outcome::SessionGone),
         ]
     }
 

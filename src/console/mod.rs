@@ -286,6 +286,8 @@ fn refusal_words(kind: Kind) -> &'static str {
         Kind::Transient => "a transient failure",
         Kind::Throttled => "a throttled answer",
         Kind::Ok => "a success",
+        Kind::HeaderMismatch => "a header mismatch (the contract asks for a read first)",
+        Kind::SessionExpired => "a session that was gone (the contract asks for a new one first)",
     }
 }
 

@@ -57,6 +57,16 @@ fn is_protocol(family: Family) -> bool {
     matches!(family, Family::Mcp | Family::A2a | Family::JsonRpc)
 }
 
+/// Whether an HTTP request under a protocol call of `family` can carry it: under an MCP call,
+/// only a `POST` (streamable HTTP's); a `GET` (the optional server stream) or `DELETE`
+/// (ending a session) is the transport's own request, an attempt of its own (DESIGN §12.4).
+fn carries_call(request: &Attempt<'_>, family: Family) -> bool {
+    family != Family::Mcp
+        || request
+            .http_method
+            .is_none_or(|m| m.eq_ignore_ascii_case("POST"))
+}
+
 /// How `child` is joined to `parent`, when they are one call (DESIGN §11.1–3, §9). The two
 /// are known to be child and parent (or carried and carrier); this says whether that makes
 /// them one call.
@@ -64,7 +74,7 @@ pub fn link(child: &Member<'_>, parent: &Member<'_>) -> Option<Link> {
     let (c, p) = (&child.attempt, &parent.attempt);
     match (child.side, parent.side) {
         (Side::Client, Side::Client) if c.client == p.client => {
-            if c.family == Family::Http && is_protocol(p.family) {
+            if c.family == Family::Http && is_protocol(p.family) && carries_call(c, p.family) {
                 Some(Link::Transport)
             } else if c.family != Family::Http && c.family == p.family && c.operation == p.operation
             {
@@ -145,6 +155,7 @@ pub fn nest<'a>(outer: &Attempt<'a>, inner: &Attempt<'a>) -> Attempt<'a> {
             retry_after: i.retry_after.or(o.retry_after),
             said: i.said.or(o.said),
         },
+        request: inner.request.or(outer.request),
         ..inner.clone()
     }
 }
@@ -194,6 +205,7 @@ pub fn transport<'a>(
             said: if last { c.said.or(r.said) } else { r.said },
             ..*r
         },
+        request: request.request.or(call.request),
         ..request.clone()
     }
 }
@@ -215,6 +227,7 @@ pub fn with_server<'a>(client: &Attempt<'a>, server: &Attempt<'a>) -> Attempt<'a
             retry_after: c.retry_after.or(s.retry_after),
             said: c.said.or(s.said),
         },
+        request: client.request.or(server.request),
         ..client.clone()
     }
 }
@@ -559,6 +572,7 @@ pub(crate) fn sample(
         trace_id: &[1; 16],
         span_id: &[1; 8],
         parent_span_id: &[],
+        request: super::Request::default(),
     }
 }
 

@@ -146,6 +146,8 @@ pub enum Said {
     Nothing,
     /// An A2A "not supported" reason (`UNSUPPORTED_OPERATION`, …): row 1 whatever the code.
     NotSupported,
+    /// A2A's `VERSION_NOT_SUPPORTED`: row 1, of the version and not the operation.
+    VersionNotSupported,
     /// An MCP tool, prompt or resource the server does not have: an undeclared operation.
     UnknownOperation,
     /// An MCP session that is gone (`Session not found`).
@@ -162,6 +164,61 @@ impl Said {
         }
     }
 }
+
+/// What a request carried that tells one question from another (DESIGN §12.1, §12.2, §12.4):
+/// fingerprints of its MCP session, its protocol version and its arguments, each 0 when the
+/// span does not say. Only compared, never shown: a fingerprint keeps no string alive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Request {
+    /// `mcp.session.id`, or the captured `Mcp-Session-Id` request header.
+    pub session: u64,
+    /// `mcp.protocol.version` / `a2a.protocol.version`, or the captured `MCP-Protocol-Version`
+    /// / `A2A-Version` request header.
+    pub version: u64,
+    /// `gen_ai.tool.call.arguments`, else the `mcp.request.argument.*` attributes (in any
+    /// order).
+    pub arguments: u64,
+}
+
+impl Request {
+    /// Each fact of this one, else `other`'s.
+    pub fn or(self, other: Request) -> Request {
+        let or = |a: u64, b: u64| if a == 0 { b } else { a };
+        Request {
+            session: or(self.session, other.session),
+            version: or(self.version, other.version),
+            arguments: or(self.arguments, other.arguments),
+        }
+    }
+}
+
+/// The fingerprint of an attribute's value (an array's first element, as a captured header
+/// is one): FNV-1a over its bytes, never 0; 0 for a value that is no string or integer.
+fn fingerprint(v: Val<'_>, seed: u64) -> u64 {
+    let v = v.first();
+    let int;
+    let bytes: &[u8] = match v {
+        Val::Int(i) => {
+            int = i.to_le_bytes();
+            &int
+        }
+        _ => match v.as_str() {
+            Some(s) => s.as_bytes(),
+            None => return 0,
+        },
+    };
+    fnv(seed, bytes).max(1)
+}
+
+/// FNV-1a of `bytes`, starting from `seed`.
+fn fnv(seed: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(seed, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// FNV-1a's offset basis.
+const FNV_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// One client span read as one attempt of a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,6 +250,8 @@ pub struct Attempt<'a> {
     pub span_id: &'a [u8],
     /// Its parent's id; empty for a root span.
     pub parent_span_id: &'a [u8],
+    /// What the request carried that tells one question from another.
+    pub request: Request,
 }
 
 /// The attributes extraction reads, one slot each, filled in one pass.
@@ -230,6 +289,11 @@ struct Slots<'a> {
     resource_uri: Option<&'a str>,
     retry_after: Option<Val<'a>>,
     retry_after_legacy: Option<Val<'a>>,
+    session: Option<Val<'a>>,
+    version: Option<Val<'a>>,
+    arguments: Option<Val<'a>>,
+    /// The `mcp.request.argument.*` attributes' fingerprints, summed (so in any order).
+    argument_sum: u64,
 }
 
 fn as_str(v: Val<'_>) -> Option<&str> {
@@ -287,7 +351,39 @@ impl<'a> Slots<'a> {
             // Python's older instrumentations normalise header names with an underscore.
             b"http.response.header.retry_after" => self.retry_after_legacy = Some(v),
             b"refusal_gate.class" => self.tagged = true,
+            b"mcp.session.id"
+            | b"http.request.header.mcp-session-id"
+            | b"http.request.header.mcp_session_id" => self.session = self.session.or(Some(v)),
+            b"mcp.protocol.version"
+            | b"a2a.protocol.version"
+            | b"http.request.header.mcp-protocol-version"
+            | b"http.request.header.mcp_protocol_version"
+            | b"http.request.header.a2a-version"
+            | b"http.request.header.a2a_version" => self.version = self.version.or(Some(v)),
+            b"gen_ai.tool.call.arguments" => self.arguments = Some(v),
+            _ if key.starts_with(b"mcp.request.argument.") => {
+                let value = fingerprint(v, fnv(FNV_BASIS, key));
+                self.argument_sum = self.argument_sum.wrapping_add(value);
+            }
             _ => {}
+        }
+    }
+
+    /// What the request carried (see [`Request`]).
+    fn request(&self) -> Request {
+        let of = |v: Option<Val<'_>>| v.map_or(0, |v| fingerprint(v, FNV_BASIS));
+        let arguments = match self.arguments {
+            Some(v) => fingerprint(v, FNV_BASIS),
+            None => self.argument_sum,
+        };
+        Request {
+            session: of(self.session),
+            version: of(self.version),
+            arguments: if self.argument_sum == 0 && self.arguments.is_none() {
+                0
+            } else {
+                arguments.max(1)
+            },
         }
     }
 
@@ -535,6 +631,7 @@ fn read<'a>(
         trace_id: span.trace_id(),
         span_id: span.span_id(),
         parent_span_id: span.parent_span_id(),
+        request: s.request(),
     })
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Core: pure. One allocation an attempt: its strings, one after another, in one buffer.
 
-use super::{Attempt, Client, Family, Operation, Said, Signal};
+use super::{Attempt, Client, Family, Operation, Request, Said, Signal};
 use crate::url::Origin;
 use std::ops::Range;
 
@@ -45,6 +45,7 @@ pub struct Owned {
     trace_id: Id<16>,
     span_id: Id<8>,
     parent_span_id: Id<8>,
+    request: Request,
 }
 
 /// An id of at most `N` bytes (longer ones are cut: they are invalid, and only compared).
@@ -111,6 +112,7 @@ impl Owned {
             trace_id: Id::of(a.trace_id),
             span_id: Id::of(a.span_id),
             parent_span_id: Id::of(a.parent_span_id),
+            request: a.request,
         }
     }
 
@@ -154,6 +156,7 @@ impl Owned {
             trace_id: self.trace_id.get(),
             span_id: self.span_id.get(),
             parent_span_id: self.parent_span_id.get(),
+            request: self.request,
         }
     }
 
@@ -209,6 +212,11 @@ mod tests {
             trace_id: &[1; 16],
             span_id: &[2; 8],
             parent_span_id: &[3; 8],
+            request: Request {
+                session: 1,
+                version: 2,
+                arguments: 3,
+            },
         };
         let bare = Attempt {
             client: Client {
@@ -224,6 +232,7 @@ mod tests {
             trace_id: &[],
             span_id: &[4; 3],
             parent_span_id: &[],
+            request: Request::default(),
             ..full.clone()
         };
         for a in [full, bare] {

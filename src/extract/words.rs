@@ -36,8 +36,10 @@ pub(super) fn said<'a>(
     {
         return Said::UnknownOperation;
     }
-    if family != Family::Mcp && error_type.is_some_and(names_a2a_reason) {
-        return Said::NotSupported;
+    if family != Family::Mcp {
+        if let Some(said) = error_type.and_then(a2a_reason) {
+            return said;
+        }
     }
     let said = heard(
         family,
@@ -71,11 +73,7 @@ fn heard(
         return Said::Nothing;
     }
     if family != Family::Mcp {
-        return if names_a2a_reason(text) {
-            Said::NotSupported
-        } else {
-            Said::Nothing
-        };
+        return a2a_reason(text).unwrap_or(Said::Nothing);
     }
     if contains(text, "session not found") {
         return Said::SessionGone;
@@ -136,9 +134,10 @@ fn contains(text: &str, needle: &str) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
 }
 
-/// Whether the first word of `text` (up to a `:`, a space or its end) is an A2A "not
-/// supported" reason: any case, `_` or `-` or nothing between words, an `Error` suffix allowed.
-fn names_a2a_reason(text: &str) -> bool {
+/// What the first word of `text` (up to a `:`, a space or its end) says when it is an A2A
+/// "not supported" reason: any case, `_` or `-` or nothing between words, an `Error` suffix
+/// allowed. `VERSION_NOT_SUPPORTED` refuses the version, the others the operation.
+fn a2a_reason(text: &str) -> Option<Said> {
     let word = text
         .trim_start()
         .split([':', ' ', '\t', '('])
@@ -146,7 +145,7 @@ fn names_a2a_reason(text: &str) -> bool {
         .unwrap_or("");
     // The longest reason with its suffix, with a separator between each of its words.
     if word.len() > 48 {
-        return false;
+        return None;
     }
     let mut squeezed = [0u8; 48];
     let mut len = 0;
@@ -156,8 +155,15 @@ fn names_a2a_reason(text: &str) -> bool {
     }
     let squeezed = &squeezed[..len];
     let bare = squeezed.strip_suffix(b"error").unwrap_or(squeezed);
-    A2A_REASONS.iter().any(|r| r.as_bytes() == bare)
+    match A2A_REASONS.iter().position(|r| r.as_bytes() == bare) {
+        Some(VERSION) => Some(Said::VersionNotSupported),
+        Some(_) => Some(Said::NotSupported),
+        None => None,
+    }
 }
+
+/// Where `versionnotsupported` stands in [`A2A_REASONS`].
+const VERSION: usize = 3;
 
 #[cfg(test)]
 mod tests {
@@ -173,7 +179,7 @@ mod tests {
             "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
             "  unsupported_operation (grpc)",
         ] {
-            assert!(names_a2a_reason(yes), "{yes}");
+            assert!(a2a_reason(yes).is_some(), "{yes}");
         }
         for no in [
             "task t-9 is already completed",
@@ -182,8 +188,20 @@ mod tests {
             "",
             "Error",
         ] {
-            assert!(!names_a2a_reason(no), "{no}");
+            assert_eq!(a2a_reason(no), None, "{no}");
         }
+        assert_eq!(
+            a2a_reason("VERSION_NOT_SUPPORTED: 0.3"),
+            Some(Said::VersionNotSupported)
+        );
+        assert_eq!(
+            a2a_reason("VersionNotSupportedError"),
+            Some(Said::VersionNotSupported)
+        );
+        assert_eq!(
+            a2a_reason("UnsupportedOperationError"),
+            Some(Said::NotSupported)
+        );
     }
 
     #[test]

@@ -404,7 +404,7 @@ impl Metrics {
     /// for discovery reads and one for honored refusals, every label value as long as it may
     /// be with each of its bytes escaped to two (`\\`, `\"`), every count 20 digits long. With
     /// the default caps (128 bytes, 10,000 pairs and the overflow pair) `/metrics` is at most
-    /// 10,001 times this (9,270 bytes): 92.7 MB (88.4 MiB), and the other families' few
+    /// 10,001 times this (10,522 bytes): 105.2 MB (100.4 MiB), and the other families' few
     /// kilobytes.
     pub fn max_pair_bytes(max_label_bytes: usize) -> usize {
         // `name{client="…",interface="…"` and ` 18446744073709551615\n`.

@@ -7,11 +7,12 @@
 use super::Pipeline;
 use crate::classify;
 use crate::classify::Kind;
+use crate::config::Protocol;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::{self, Attempt};
 use crate::label;
 use crate::otlp::tags::{self, Tag};
-use crate::tracker::{GroupId, Judgement, Observation, Violation};
+use crate::tracker::{Asked, GroupId, Judgement, Observation, Violation};
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
@@ -34,6 +35,8 @@ pub struct Placed<'i> {
     pub group: GroupId,
     /// The tracker's id of its operation.
     pub operation: u64,
+    /// What it asked, as far as telling a new question from a retry needs.
+    pub asked: Asked,
 }
 
 /// A resource's client, hashed once for all its spans, and the metric labels of the
@@ -138,7 +141,7 @@ impl Pipeline {
         client: u64,
     ) -> Placed<'i> {
         let interface_name = interfaces.name(interface);
-        let (outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
+        let (mut outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
         // A tool, prompt or resource the server does not have is an undeclared operation
         // (DESIGN §12.3), whatever its path.
         let declared = match attempt.signal.said {
@@ -146,6 +149,23 @@ impl Pipeline {
             _ => interfaces.declared(interface, path),
         };
         let succeeded = outcome == classify::Outcome::Ok;
+        let mcp = match interface {
+            InterfaceRef::Configured(i) => interfaces
+                .get(i)
+                .is_some_and(|i| i.protocol == Protocol::Mcp),
+            _ => false,
+        };
+        let stream = is_stream(attempt);
+        let session = attempt.request.session;
+        // A 404 on a declared MCP endpoint for a request that carried a session: the session
+        // is gone (DESIGN §12.2). With no session known it stays what it was.
+        if outcome == classify::Outcome::NotFound
+            && declared == Declared::Yes
+            && session != 0
+            && (mcp || attempt.family == extract::Family::Mcp)
+        {
+            outcome = classify::Outcome::SessionGone;
+        }
         Placed {
             interface,
             interface_name,
@@ -157,9 +177,30 @@ impl Pipeline {
                 client,
                 interface: self.id(interface_name),
             },
-            operation: self.id(attempt.operation),
+            // The same GET or DELETE in another session is another question (DESIGN §12.4).
+            operation: if stream && session != 0 {
+                self.id((attempt.operation, session))
+            } else {
+                self.id(attempt.operation)
+            },
+            asked: Asked {
+                version: attempt.request.version,
+                arguments: attempt.request.arguments,
+                version_refused: classify::refuses_version(attempt.family, &attempt.signal),
+                sessionless: stream && mcp && session == 0,
+                in_session: succeeded && attempt.family == extract::Family::Mcp,
+            },
         }
     }
+}
+
+/// An HTTP GET or DELETE: on an MCP endpoint, the optional server stream or a session's end,
+/// parts of the transport and not a call (DESIGN §12.4).
+fn is_stream(attempt: &Attempt<'_>) -> bool {
+    attempt.family == extract::Family::Http
+        && attempt
+            .http_method
+            .is_some_and(|m| m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("DELETE"))
 }
 
 /// What the tracker takes of a placed attempt.
@@ -179,6 +220,7 @@ pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observ
         span_id,
         anonymous: attempt.client.name == extract::UNKNOWN_CLIENT
             && attempt.client.instance.is_none(),
+        asked: p.asked,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The packed attempt: one attempt in a key's history as the tracker keeps it (40 bytes),
+//! The packed attempt: one attempt in a key's history as the tracker keeps it (48 bytes),
 //! its length, outcome, verdict, flags and the server's delay packed into a few bytes, the
 //! state file's unpacked form of it, and the tail of a history that the in-order path reads
 //! instead of the history (DESIGN §5).
@@ -10,8 +10,8 @@ use crate::classify::{Kind, Outcome};
 use crate::discovery::Declared;
 use crate::extract::Discovery;
 
-/// One attempt in a key's history: 40 bytes (a test keeps it so; it is most of a key's
-/// memory). Its length, and so its end, is kept to one part in 2^18 ([`Length`]); its
+/// One attempt in a key's history: 48 bytes (a test keeps it so; it is most of a key's
+/// memory) — 40 until contract 5 asked for what a request carried ([`Question`]). Its length, and so its end, is kept to one part in 2^18 ([`Length`]); its
 /// outcome, kind, violation and flags share two bytes ([`Bits`]); its number in its row of
 /// failures saturates at 255 (`tracker.max_retries` is at most 64, so every retry budget is
 /// judged exactly). The state file keeps every field apart, as before ([`EntryState`]).
@@ -26,6 +26,68 @@ pub(super) struct Entry {
     pub(super) bits: Bits,
     /// The server's delay (`Retry-After`).
     pub(super) delay: Delay,
+    /// What it asked.
+    pub(super) question: Question,
+}
+
+/// What an attempt asked ([`super::Asked`]) in 8 bytes: its arguments' fingerprint folded to
+/// 32 bits, its version's to 30, and two flags (version refused, sessionless). 0 is unknown.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(super) struct Question {
+    pub(super) arguments: u32,
+    pub(super) version: u32,
+}
+
+impl Question {
+    const VERSION_REFUSED: u32 = 1 << 30;
+    const SESSIONLESS: u32 = 1 << 31;
+    const VERSION: u32 = (1 << 30) - 1;
+
+    /// `asked` packed.
+    pub(super) fn of(asked: &super::Asked) -> Question {
+        let fold = |h: u64, mask: u64| match h {
+            0 => 0,
+            h => ((h ^ h >> 32) & mask).max(1) as u32,
+        };
+        Question {
+            arguments: fold(asked.arguments, u64::from(u32::MAX)),
+            version: fold(asked.version, u64::from(Question::VERSION))
+                | if asked.version_refused {
+                    Question::VERSION_REFUSED
+                } else {
+                    0
+                }
+                | if asked.sessionless {
+                    Question::SESSIONLESS
+                } else {
+                    0
+                },
+        }
+    }
+
+    /// Its answer refused the protocol version.
+    pub(super) fn version_refused(self) -> bool {
+        self.version & Question::VERSION_REFUSED != 0
+    }
+
+    /// A GET or DELETE on an MCP interface that named no session.
+    pub(super) fn sessionless(self) -> bool {
+        self.version & Question::SESSIONLESS != 0
+    }
+
+    /// Both named a protocol version, and not the same.
+    pub(super) fn other_version(self, than: Question) -> bool {
+        let (a, b) = (
+            self.version & Question::VERSION,
+            than.version & Question::VERSION,
+        );
+        a != 0 && b != 0 && a != b
+    }
+
+    /// Both carried their arguments, and not the same.
+    pub(super) fn other_arguments(self, than: Question) -> bool {
+        self.arguments != 0 && than.arguments != 0 && self.arguments != than.arguments
+    }
 }
 
 /// A verdict: the kind, the violation, the number in the row of failures.
@@ -47,6 +109,9 @@ pub(super) struct EntryState {
     /// The server's delay (`Retry-After`); written by versions that read it.
     #[serde(default)]
     pub(super) delay: Delay,
+    /// What it asked; written by versions of contract 5 and later.
+    #[serde(default)]
+    pub(super) question: Question,
 }
 
 impl From<EntryState> for Entry {
@@ -59,6 +124,7 @@ impl From<EntryState> for Entry {
             attempt: u8::try_from(e.attempt).unwrap_or(u8::MAX),
             bits: Bits::new(e.outcome, e.kind, e.violation, e.flags),
             delay: e.delay,
+            question: e.question,
         }
     }
 }
@@ -76,6 +142,7 @@ impl From<Entry> for EntryState {
             flags: e.bits.flags(),
             attempt: u16::from(e.attempt),
             delay: e.delay,
+            question: e.question,
         }
     }
 }
@@ -128,8 +195,8 @@ pub(super) fn kept_end(start: Nanos, end: Nanos) -> Nanos {
 }
 
 /// An entry's outcome, kind, violation and flags in two bytes: the flags in bits 0–5, the
-/// outcome in 6–8, the kind in 9–11 and the violation (0 for none, else 1 + its place in
-/// [`Violation::ALL`]) in 12–14.
+/// outcome in 6–8, the kind in 9–12 and the violation (0 for none, else 1 + its place in
+/// [`Violation::ALL`]) in 13–15.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Bits(pub(super) u16);
 
@@ -137,7 +204,7 @@ impl Bits {
     pub(super) const FLAGS: u16 = 0x3f;
     pub(super) const OUTCOME: u32 = 6;
     pub(super) const KIND: u32 = 9;
-    pub(super) const VIOLATION: u32 = 12;
+    pub(super) const VIOLATION: u32 = 13;
 
     pub(super) fn new(
         outcome: Outcome,
@@ -163,7 +230,7 @@ impl Bits {
     }
 
     pub(super) fn kind(self) -> Kind {
-        Kind::ALL[usize::from(self.0 >> Bits::KIND & 7)]
+        Kind::ALL[usize::from(self.0 >> Bits::KIND & 15)]
     }
 
     pub(super) fn violation(self) -> Option<Violation> {
@@ -240,6 +307,7 @@ impl Entry {
             attempt: 1,
             bits: Bits::new(obs.outcome, Kind::Ok, None, declared | discovery),
             delay: Delay::of(obs.retry_after),
+            question: Question::of(&obs.asked),
         }
     }
 
@@ -377,7 +445,7 @@ impl Tail {
 
 #[cfg(test)]
 mod tests {
-    use super::{Bits, Delay, Entry, Length};
+    use super::{Bits, Delay, Entry, Length, Question};
     use crate::classify::{Kind, Outcome};
     use crate::tracker::Violation;
 
@@ -449,6 +517,10 @@ mod tests {
                 super::SETTLED | super::READ,
             ),
             delay: Delay::of(Some(2_000_000_000)),
+            question: Question {
+                arguments: 7,
+                version: 8 | Question::VERSION_REFUSED,
+            },
         };
         let json = serde_json::to_value(&entry).expect("serialises");
         assert_eq!(json["end"], entry.start + Length::of(1_500_000_001).nanos());
@@ -460,8 +532,8 @@ mod tests {
             (entry.start, entry.end(), entry.trace_id, entry.span_id)
         );
         assert_eq!(
-            (back.attempt, back.bits, back.delay),
-            (200, entry.bits, entry.delay)
+            (back.attempt, back.bits, back.delay, back.question),
+            (200, entry.bits, entry.delay, entry.question)
         );
         let mut long = serde_json::to_value(&entry).expect("serialises");
         long["attempt"] = 1000.into();
@@ -470,8 +542,8 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_is_40_bytes() {
-        assert_eq!(std::mem::size_of::<super::Entry>(), 40);
+    fn an_entry_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 48);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! go down and count each attempt once. The packed attempt is [`super::entry`]; the rules
 //! that judge it, [`super::rules`].
 
-use super::entry::{kept_end, Entry, Tail, Verdict, ASKED, FOLLOWED, JUDGED, READ, SETTLED};
+use super::entry::{
+    kept_end, Entry, Question, Tail, Verdict, ASKED, FOLLOWED, JUDGED, READ, SETTLED,
+};
 use super::keys::KeyMap;
 use super::rules::{followed, follows, Lists};
 use super::{Event, Judgement, Nanos, Observation, Params, Retraction};
@@ -321,14 +323,15 @@ impl Group {
         };
         make_room(key, p);
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
-        self.lists.note(read, refusal, end, REFUSALS_KEPT);
-        let others_affected = self
-            .pending
-            .note(now, obs.start, (read || refusal).then_some(end));
+        let in_session = obs.asked.in_session;
+        self.lists
+            .note((read, refusal, in_session), end, REFUSALS_KEPT);
+        let reaching = read || refusal || in_session;
+        let others_affected = self.pending.note(now, obs.start, reaching.then_some(end));
         let (kind, violation, attempt) = if in_order {
             append_judged(&self.lists, key, entry, p)
         } else {
-            insert_judged(&self.lists, key, (at, entry), read || refusal, p)
+            insert_judged(&self.lists, key, (at, entry), reaching, p)
         };
         let judgement = Judgement {
             kind,
@@ -540,7 +543,9 @@ fn make_room(key: &mut Key, p: &Params) {
 
 /// Appends `entry`, which its key's tail [`Tail::precedes`], judged from the tail alone.
 fn append_judged(lists: &Lists, key: &mut Key, mut entry: Entry, p: &Params) -> Verdict {
-    let verdict = lists.judge_after(&key.tail, &entry, p);
+    let history = &key.history;
+    let last = || history.last().map_or(Question::default(), |e| e.question);
+    let verdict = lists.judge_after(&key.tail, &entry, last, p);
     entry.judged(verdict);
     key.tail.push(&entry);
     key.history.push(entry);
@@ -771,6 +776,7 @@ mod tests {
             discovery: Discovery::None,
             retry_after: None,
             anonymous: false,
+            asked: Default::default(),
             trace_id: [0; 16],
             span_id: n.to_be_bytes(),
         }

@@ -140,6 +140,26 @@ pub struct Observation {
     /// no address): its attempts are counted by class, but none is judged a violation or
     /// counted honored. The whole group is so; the first attempt of a group decides.
     pub anonymous: bool,
+    /// What it asked, as far as telling a new question from a retry needs (DESIGN §12).
+    pub asked: Asked,
+}
+
+/// What an attempt asked, as far as telling a new question from a retry needs (DESIGN §12.1,
+/// §12.4). Kept in 8 bytes an entry: fingerprints folded to 30 and 32 bits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// A fingerprint of the protocol version it named; 0: none.
+    pub version: u64,
+    /// A fingerprint of its arguments; 0: unknown.
+    pub arguments: u64,
+    /// Its answer refused the protocol version (MCP -32022, A2A -32009), not the operation:
+    /// an attempt naming another version after it is a new question.
+    pub version_refused: bool,
+    /// A GET or DELETE on an MCP interface that named no session: a successful MCP request
+    /// of its group between it and the previous one shows a new session, so it is no retry.
+    pub sessionless: bool,
+    /// A successful MCP request: it opened or used a session.
+    pub in_session: bool,
 }
 
 /// An attempt's verdict as known when it arrived: what its span is tagged with. The

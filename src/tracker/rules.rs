@@ -5,7 +5,7 @@
 //!
 //! Core: pure.
 
-use super::entry::{Delay, Entry, Tail, Verdict, ASKED, DECLARED_NO, FOLLOWED};
+use super::entry::{Delay, Entry, Question, Tail, Verdict, ASKED, DECLARED_NO, FOLLOWED};
 use super::{Nanos, Params, Violation};
 use crate::classify::{self, Class, Kind};
 use crate::discovery::Declared;
@@ -21,17 +21,33 @@ pub(super) struct Lists {
     /// Nobody owns the group's client name (DESIGN §12.6): no attempt is judged a violation.
     #[serde(default)]
     pub(super) anonymous: bool,
+    /// The latest discovery reads' ends, sorted: a header mismatch or a gone session asks for
+    /// a read after it (DESIGN §12.2).
+    #[serde(default)]
+    pub(super) reads: Vec<Nanos>,
+    /// The latest successful MCP requests' ends, sorted: each shows a session (DESIGN §12.4).
+    #[serde(default)]
+    pub(super) sessions: Vec<Nanos>,
 }
 
 impl Lists {
-    /// Notes an attempt that ended at `end`: a discovery read (`read`), a refusal (`refusal`,
-    /// the latest `kept` of them kept), or neither.
-    pub(super) fn note(&mut self, read: bool, refusal: bool, end: Nanos, kept: usize) {
+    /// Notes an attempt that ended at `end`: a discovery read (`read`), a refusal (`refusal`),
+    /// a successful MCP request (`in_session`), or none of them; the latest `kept` of each kept.
+    pub(super) fn note(
+        &mut self,
+        (read, refusal, in_session): (bool, bool, bool),
+        end: Nanos,
+        kept: usize,
+    ) {
         if read {
             self.first_read = Some(self.first_read.map_or(end, |f| f.min(end)));
+            insert_bounded(&mut self.reads, end, kept);
         }
         if refusal {
             insert_bounded(&mut self.refusals, end, kept);
+        }
+        if in_session {
+            insert_bounded(&mut self.sessions, end, kept);
         }
     }
 
@@ -45,8 +61,10 @@ impl Lists {
             pred.map(|e| Predecessor {
                 kind: e.kind(),
                 attempt: e.attempt,
+                start: e.start,
                 end: e.end(),
                 delay: e.delay,
+                question: e.question,
             }),
             || budget_exhausted(history, i, p),
             p,
@@ -54,15 +72,30 @@ impl Lists {
     }
 
     /// The verdict of `a`, appended after a history whose tail [`Tail::precedes`] it: what
-    /// [`Lists::judge`] gives it there, without reading the history.
-    pub(super) fn judge_after(&self, tail: &Tail, a: &Entry, p: &Params) -> Verdict {
+    /// [`Lists::judge`] gives it there, reading the history's last attempt only for what it
+    /// asked (`last`), and only when that can matter: a failed predecessor and an attempt that
+    /// says what it asks.
+    pub(super) fn judge_after(
+        &self,
+        tail: &Tail,
+        a: &Entry,
+        last: impl FnOnce() -> Question,
+        p: &Params,
+    ) -> Verdict {
+        let question = if tail.kind != Kind::Ok && a.question != Question::default() {
+            last()
+        } else {
+            Question::default()
+        };
         self.verdict(
             a,
             Some(Predecessor {
                 kind: tail.kind,
                 attempt: tail.attempt,
+                start: tail.start,
                 end: tail.end(),
                 delay: tail.delay,
+                question,
             }),
             || usize::from(tail.retryable_run) > p.max_retries as usize,
             p,
@@ -72,6 +105,16 @@ impl Lists {
     /// The client had read the discovery document by `at`: a read ended no later.
     pub(super) fn read_before(&self, at: Nanos) -> bool {
         self.first_read.is_some_and(|r| r <= at)
+    }
+
+    /// A discovery read ended after `after` and no later than `by`.
+    fn read_between(&self, after: Nanos, by: Nanos) -> bool {
+        between(&self.reads, after, by)
+    }
+
+    /// A successful MCP request ended after `after` and no later than `by`: a session.
+    fn session_between(&self, after: Nanos, by: Nanos) -> bool {
+        between(&self.sessions, after, by)
     }
 
     /// The decision table of DESIGN §5 for `a`, given its predecessor on the key and
@@ -91,6 +134,13 @@ impl Lists {
         let Some(pred) = pred else {
             return (kind, self.probe(a, p), 1);
         };
+        // A new question, not a retry (DESIGN §12.1, §12.4): another version after one that
+        // was refused; a stream's GET or DELETE in a session opened since the last.
+        if (pred.question.version_refused() && a.question.other_version(pred.question))
+            || (a.question.sessionless() && self.session_between(pred.end, a.start))
+        {
+            return (kind, self.probe(a, p), 1);
+        }
         let attempt = if pred.kind == Kind::Ok {
             1
         } else {
@@ -101,7 +151,13 @@ impl Lists {
         } else if pred.kind == Kind::UnverifiedRefusal && !read_before {
             // A read that ended while the refused attempt was in flight counts too.
             Some(Violation::RetryWithoutDiscovery)
-        } else if pred.kind == Kind::Ambiguous {
+        } else if matches!(pred.kind, Kind::HeaderMismatch | Kind::SessionExpired)
+            && !self.read_between(pred.start, a.start)
+        {
+            // Only a read after that answer started informs the retry (DESIGN §12.2).
+            Some(Violation::RetryWithoutDiscovery)
+        } else if pred.kind == Kind::Ambiguous && !a.question.other_arguments(pred.question) {
+            // Other arguments after an ambiguous answer are a corrected call (§12.1).
             Some(Violation::RetryAfterAmbiguous)
         } else if budget_spent() {
             Some(Violation::RetryBudgetExhausted)
@@ -138,9 +194,12 @@ pub(super) struct Predecessor {
     kind: Kind,
     /// Its number in its row of failures.
     attempt: u8,
+    start: Nanos,
     end: Nanos,
     /// The server's delay it carried.
     delay: Delay,
+    /// What it asked (only when its verdict may turn on it).
+    question: Question,
 }
 
 /// The latest `max_retries + 1` attempts before A all failed transient or throttled.
@@ -173,10 +232,19 @@ pub(super) fn followed(history: &[Entry], i: usize, p: &Params) -> bool {
             .any(|(j, f)| j != i && follows(r, f, p))
 }
 
-/// Whether the attempt `f` started within the refusal `r`'s `probe_window`: no earlier than
-/// `r` ended, no later than the window's end.
+/// Whether the attempt `f` started within the refusal `r`'s `probe_window` — no earlier than
+/// `r` ended, no later than the window's end — and asks again what `r` was refused: after a
+/// refused version, an attempt naming another is a new question (DESIGN §12.1).
 pub(super) fn follows(r: &Entry, f: &Entry, p: &Params) -> bool {
-    f.start >= r.end() && f.start <= r.end().saturating_add(p.probe_window)
+    f.start >= r.end()
+        && f.start <= r.end().saturating_add(p.probe_window)
+        && !(r.question.version_refused() && f.question.other_version(r.question))
+}
+
+/// Whether a sorted list holds a value after `after` and no later than `by`.
+fn between(v: &[Nanos], after: Nanos, by: Nanos) -> bool {
+    let from = v.partition_point(|x| *x <= after);
+    v.get(from).is_some_and(|x| *x <= by)
 }
 
 /// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.

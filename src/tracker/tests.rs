@@ -43,6 +43,7 @@ fn at(op: u64, start_ms: u64) -> A {
         discovery: Discovery::None,
         retry_after: None,
         anonymous: false,
+        asked: Default::default(),
         trace_id: [7; 16],
         span_id: (op * 1_000_003 + start_ms).to_be_bytes(),
     })
@@ -208,6 +209,164 @@ fn a_name_nobody_owns_judges_nobody() {
     assert_eq!(c.kinds, owned.kinds, "counted by kind as before");
     assert_eq!(c.violations, BTreeMap::new());
     assert_eq!(c.honored, 0);
+}
+
+impl A {
+    /// It named protocol version `v` (a fingerprint), and the answer refused it when `refused`.
+    fn version(mut self, v: u64, refused: bool) -> A {
+        self.0.asked.version = v;
+        self.0.asked.version_refused = refused;
+        self
+    }
+    /// It carried arguments `args` (a fingerprint).
+    fn arguments(mut self, args: u64) -> A {
+        self.0.asked.arguments = args;
+        self
+    }
+    /// A GET or DELETE on an MCP endpoint that named no session.
+    fn sessionless(mut self) -> A {
+        self.0.asked.sessionless = true;
+        self
+    }
+    /// A successful MCP request: a session.
+    fn in_session(mut self) -> A {
+        self.0.asked.in_session = true;
+        self
+    }
+}
+
+/// DESIGN §12.1: after a refused version, another version is a new question — no violation,
+/// and the refusal honored; the same version, or none, is a retry; a refusal of the operation
+/// is retried whatever version the retry names.
+#[test]
+fn another_version_after_a_refused_one_is_a_new_question() {
+    let c = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported).version(7, true),
+        at(1, 200).version(8, false),
+    ]);
+    assert_eq!(c.violations, BTreeMap::new());
+    assert_eq!(c.honored, 1, "the refusal was honored");
+    for (again, why) in [(7, "the same version"), (0, "no version")] {
+        let c = run(&[
+            discovery(),
+            at(1, 100).fails(Outcome::NotSupported).version(7, true),
+            at(1, 200).version(again, false),
+        ]);
+        assert_eq!(c.violations, v("retry_after_refusal", 1), "{why}");
+        assert_eq!(c.honored, 0, "{why}");
+    }
+    let c = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported).version(7, false),
+        at(1, 200).fails(Outcome::NotSupported).version(8, false),
+    ]);
+    assert_eq!(
+        c.violations,
+        v("retry_after_refusal", 1),
+        "the operation refused"
+    );
+}
+
+/// DESIGN §12.1: other arguments after an ambiguous answer are a corrected call; the same or
+/// unknown arguments a retry; arguments never excuse a retry after a refusal.
+#[test]
+fn other_arguments_correct_an_ambiguous_call_only() {
+    let ambiguous = |first: u64, second: u64| {
+        run(&[
+            at(1, 100).fails(Outcome::Other).arguments(first),
+            at(1, 200).fails(Outcome::Other).arguments(second),
+        ])
+        .violations
+    };
+    assert_eq!(ambiguous(1, 2), BTreeMap::new());
+    assert_eq!(ambiguous(1, 1), v("retry_after_ambiguous", 1));
+    assert_eq!(ambiguous(1, 0), v("retry_after_ambiguous", 1));
+    assert_eq!(ambiguous(0, 2), v("retry_after_ambiguous", 1));
+    let refused = run(&[
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported).arguments(1),
+        at(1, 200).fails(Outcome::NotSupported).arguments(2),
+    ]);
+    assert_eq!(refused.violations, v("retry_after_refusal", 1));
+    // Out of order too: the corrected call arrives before the call it corrects.
+    let c = run(&[
+        at(1, 200).fails(Outcome::Other).arguments(2),
+        at(1, 100).fails(Outcome::Other).arguments(1),
+    ]);
+    assert_eq!(c.violations, BTreeMap::new());
+}
+
+/// DESIGN §12.4: a GET with no session known after a successful MCP request (a new session)
+/// is a first attempt; with none since the last GET it is a retry, whatever the arrival order.
+#[test]
+fn a_sessionless_stream_in_a_new_session_is_a_first_attempt() {
+    let get = |ms| at(1, ms).fails(Outcome::NotSupported).sessionless();
+    let fresh = [discovery(), get(100), at(2, 200).in_session(), get(300)];
+    assert_eq!(run(&fresh).violations, BTreeMap::new());
+    let mut reversed = fresh;
+    reversed.reverse();
+    assert_eq!(run(&reversed).violations, BTreeMap::new());
+    let again = [discovery(), get(100), at(2, 50).in_session(), get(300)];
+    assert_eq!(run(&again).violations, v("retry_after_refusal", 1));
+    let not_sessionless = [
+        discovery(),
+        at(1, 100).fails(Outcome::NotSupported),
+        at(2, 200).in_session(),
+        at(1, 300).fails(Outcome::NotSupported),
+    ];
+    assert_eq!(
+        run(&not_sessionless).violations,
+        v("retry_after_refusal", 1)
+    );
+}
+
+/// DESIGN §12.2: after a header mismatch or a gone session, only a read that ended after
+/// that answer started informs the retry; the session's first read does not.
+#[test]
+fn a_header_mismatch_or_a_gone_session_asks_for_a_read_after_it() {
+    for asks in [Outcome::HeaderMismatch, Outcome::SessionGone] {
+        let hasty = run(&[discovery(), at(1, 100).fails(asks), at(1, 200)]);
+        assert_eq!(
+            hasty.violations,
+            v("retry_without_discovery", 1),
+            "{asks:?}"
+        );
+        let informed = run(&[
+            discovery(),
+            at(1, 100).fails(asks),
+            at(0, 150).read(),
+            at(1, 200),
+        ]);
+        assert_eq!(informed.violations, BTreeMap::new(), "{asks:?}");
+        // A read that ended while the answer was in flight (it started at 100) counts.
+        let in_flight = run(&[
+            at(1, 100).fails(asks).lasting(50),
+            at(0, 90).read(),
+            at(1, 200),
+        ]);
+        assert_eq!(in_flight.violations, BTreeMap::new(), "{asks:?}");
+        // One that ended before it started does not, whatever the arrival order.
+        let before = [at(0, 50).read(), at(1, 100).fails(asks), at(1, 200)];
+        assert_eq!(
+            run(&before).violations,
+            v("retry_without_discovery", 1),
+            "{asks:?}"
+        );
+        let mut reversed = before;
+        reversed.reverse();
+        assert_eq!(
+            run(&reversed).violations,
+            v("retry_without_discovery", 1),
+            "{asks:?}"
+        );
+        let kind = if asks == Outcome::HeaderMismatch {
+            "header_mismatch"
+        } else {
+            "session_expired"
+        };
+        assert_eq!(hasty.kinds[kind], 1);
+    }
 }
 
 #[test]

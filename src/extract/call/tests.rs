@@ -161,6 +161,24 @@ fn links_join_only_the_spans_of_one_call() {
     let mut elsewhere = server(post("/mcp", 200), true);
     elsewhere.side = Side::Server(3);
     assert_eq!(link(&server(mcp("x", ""), false), &elsewhere), None);
+    // DESIGN §12.4: under an MCP call only a POST carries it; the stream's GET and a
+    // session's DELETE are the transport's own. Under A2A any method does.
+    let with_method = |m: &'static str| {
+        client(Attempt {
+            http_method: Some(m),
+            ..post("/mcp", 405)
+        })
+    };
+    assert_eq!(link(&with_method("GET"), &sdk), None);
+    assert_eq!(link(&with_method("DELETE"), &sdk), None);
+    assert_eq!(link(&with_method("post"), &sdk), Some(Link::Transport));
+    let no_method = client(Attempt {
+        http_method: None,
+        ..post("/mcp", 200)
+    });
+    assert_eq!(link(&no_method, &sdk), Some(Link::Transport));
+    let a2a = client(span(Family::A2a, "SendMessage", ""));
+    assert_eq!(link(&with_method("GET"), &a2a), Some(Link::Transport));
 }
 
 #[test]

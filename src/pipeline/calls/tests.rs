@@ -22,6 +22,7 @@ fn fact(span: u8) -> Owned {
         trace_id: &[1; 16],
         span_id: &[span; 8],
         parent_span_id: &[],
+        request: Default::default(),
     })
 }
 
@@ -300,6 +301,7 @@ fn observed(n: u64) -> Observation {
         discovery: crate::extract::Discovery::None,
         retry_after: None,
         anonymous: false,
+        asked: Default::default(),
         trace_id: [0; 16],
         span_id: [0; 8],
     }
