@@ -81,6 +81,8 @@ pub struct Interface {
 #[derive(Debug, Clone)]
 struct Endpoint {
     segments: Vec<Segment>,
+    /// The methods it lists, upper case; empty: any.
+    methods: Vec<String>,
 }
 
 /// One path segment of a declared endpoint: a literal, or a template such as `{id}` or
@@ -92,7 +94,7 @@ enum Segment {
 }
 
 impl Endpoint {
-    fn parse(path: &str) -> Endpoint {
+    fn parse(path: &str, methods: &[String]) -> Endpoint {
         let segments = path
             .split('/')
             .filter(|s| !s.is_empty())
@@ -104,7 +106,22 @@ impl Endpoint {
                 _ => Segment::Literal(s.to_owned()),
             })
             .collect();
-        Endpoint { segments }
+        Endpoint {
+            segments,
+            methods: methods.iter().map(|m| m.to_ascii_uppercase()).collect(),
+        }
+    }
+
+    /// Whether it lists `method` (any, when it lists none).
+    fn lists(&self, method: &str) -> bool {
+        self.methods.is_empty() || self.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
+    }
+
+    /// Whether a path it matches is one resource, not any of many (no template parameter).
+    fn is_literal(&self) -> bool {
+        self.segments
+            .iter()
+            .all(|s| matches!(s, Segment::Literal(_)))
     }
 
     /// The gRPC service this endpoint declares: its first segment, when it is a literal and a
@@ -176,23 +193,35 @@ impl Interfaces {
                     if base.is_empty() { "/" } else { base }.to_owned(),
                 ));
             }
-            let mut paths: Vec<&str> = config.endpoints.iter().map(|e| e.path.as_str()).collect();
+            let mut paths: Vec<(&str, &[String])> = config
+                .endpoints
+                .iter()
+                .map(|e| (e.path.as_str(), e.methods.as_slice()))
+                .collect();
             if let Some(contract) = contract {
                 for base in &contract.bases {
                     if !bases.contains(base) {
                         bases.push(base.clone());
                     }
                 }
-                paths.extend(contract.paths.iter().map(|p| p.path.as_str()));
+                paths.extend(
+                    contract
+                        .paths
+                        .iter()
+                        .map(|p| (p.path.as_str(), p.methods.as_slice())),
+                );
             }
             let mut discovery_paths = config.discovery.paths.clone();
             discovery_paths.extend(
                 paths
                     .iter()
-                    .map(|p| format!("{}/server-card", p.trim_end_matches('/'))),
+                    .map(|(p, _)| format!("{}/server-card", p.trim_end_matches('/'))),
             );
             let index = registry.list.len();
-            let endpoints: Vec<Endpoint> = paths.iter().map(|p| Endpoint::parse(p)).collect();
+            let endpoints: Vec<Endpoint> = paths
+                .iter()
+                .map(|(p, methods)| Endpoint::parse(p, methods))
+                .collect();
             for service in endpoints
                 .iter()
                 .filter_map(|e| e.grpc_service(config.protocol))
@@ -223,7 +252,7 @@ impl Interfaces {
                 name: config.name.clone(),
                 protocol: config.protocol,
                 bases,
-                paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+                paths: paths.iter().map(|(p, _)| (*p).to_owned()).collect(),
                 endpoints,
                 discovery_paths,
                 client_from: config.server.as_ref().map(|s| s.client_from.clone()),
@@ -345,6 +374,28 @@ impl Interfaces {
         } else {
             Declared::No
         }
+    }
+
+    /// What `interface` declares of `method` on `path`, as DESIGN §13 asks of a refusal of
+    /// it: (the method is listed by an endpoint matching the path — any method, when it lists
+    /// none —, such an endpoint is one resource, with no template parameter). Both false when
+    /// the path is not declared.
+    pub fn declares(
+        &self,
+        interface: InterfaceRef<'_>,
+        path: Option<&str>,
+        method: Option<&str>,
+    ) -> (bool, bool) {
+        let (InterfaceRef::Configured(i), Some(path)) = (interface, path) else {
+            return (false, false);
+        };
+        let matching = self.list[i].endpoints.iter().filter(|e| e.matches(path));
+        matching.fold((false, false), |(listed, literal), e| {
+            (
+                listed || method.is_none_or(|m| e.lists(m)),
+                literal || e.is_literal(),
+            )
+        })
     }
 
     /// The other configured interfaces that declare `path`: where an attempt refused by
@@ -596,7 +647,7 @@ mod tests {
 
     #[test]
     fn template_segments_match_with_prefix_and_suffix() {
-        let e = Endpoint::parse("/tasks/{id}:cancel");
+        let e = Endpoint::parse("/tasks/{id}:cancel", &[]);
         assert!(e.matches("/tasks/t-1:cancel"));
         assert!(
             !e.matches("/tasks/:cancel"),
@@ -604,7 +655,7 @@ mod tests {
         );
         assert!(!e.matches("/tasks/t-1"));
         assert!(!e.matches("/tasks/t-1:cancel/x"));
-        let e = Endpoint::parse("/files/v{n}.json");
+        let e = Endpoint::parse("/files/v{n}.json", &[]);
         assert!(e.matches("/files/v2.json"));
         assert!(!e.matches("/files/v2.yaml"));
     }

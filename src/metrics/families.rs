@@ -147,6 +147,13 @@ pub(super) const EVICTIONS: Family = Family {
     labels: &["reason"],
 };
 
+/// `refusal_gate_interface_contradictions_total` (DESIGN §13).
+pub(super) const CONTRADICTIONS: Family = Family {
+    name: "refusal_gate_interface_contradictions_total",
+    help: "Times an interface contradicted itself or its discovery document, by kind: each operation counted once, and again only after a whole honesty_window without it.",
+    labels: &["interface", "kind"],
+};
+
 /// `refusal_gate_series_expired_total`.
 pub(super) const SERIES_EXPIRED: Family = Family {
     name: "refusal_gate_series_expired_total",

@@ -138,6 +138,7 @@ pub struct Metrics {
     held_bytes: IntGauge,
     held_forced: IntCounterVec,
     evictions: IntCounterVec,
+    contradictions: IntCounterVec,
     label_overflow: IntCounterVec,
     label_truncated: IntCounterVec,
     metric_pushes: IntCounterVec,
@@ -201,6 +202,7 @@ impl Metrics {
             held_bytes: f::HELD_BYTES.gauge(&r),
             held_forced: f::HELD_FORCED.counter_vec(&r),
             evictions,
+            contradictions: f::CONTRADICTIONS.counter_vec(&r),
             label_overflow: f::LABEL_OVERFLOW.counter_vec(&r),
             label_truncated: f::LABEL_TRUNCATED.counter_vec(&r),
             metric_pushes: f::METRIC_PUSHES.counter_vec(&r),
@@ -270,6 +272,15 @@ impl Metrics {
                     self.evictions
                         .with_label_values(&[reason.as_str()])
                         .inc_by(keys as u64);
+                }
+                Event::Contradicted { labels, kind, .. } => {
+                    // Rare: a contradiction is counted once a window per operation.
+                    let Some((_, interface)) = self.label_names(labels) else {
+                        continue;
+                    };
+                    self.contradictions
+                        .with_label_values(&[&interface, kind.as_str()])
+                        .inc();
                 }
             }
         }

@@ -93,6 +93,11 @@ pub trait SpanView<'a> {
     }
     /// Whether the span's status is ERROR.
     fn status_error(&self) -> bool;
+    /// The trace and span ids of its first link, when it has one (DESIGN §12.5: the MCP
+    /// conventions link a protocol server span to the HTTP server span that carried it).
+    fn link(&self) -> Option<(&'a [u8], &'a [u8])> {
+        None
+    }
     /// The status description (an error's message, as some SDKs record it); empty when
     /// there is none or it is not UTF-8.
     fn status_message(&self) -> &'a str {
@@ -136,6 +141,11 @@ impl<'a> SpanView<'a> for &'a Span {
     }
     fn status_message(&self) -> &'a str {
         self.status.as_ref().map_or("", |st| &st.message)
+    }
+    fn link(&self) -> Option<(&'a [u8], &'a [u8])> {
+        self.links
+            .first()
+            .map(|l| (l.trace_id.as_slice(), l.span_id.as_slice()))
     }
     fn attributes(&self, max: usize, f: &mut dyn FnMut(&'a [u8], Val<'a>)) {
         for kv in self.attributes.iter().take(max) {

@@ -351,6 +351,19 @@ const EVENT: u8 = 11 << 3 | 2;
 const START: u8 = 7 << 3 | 1;
 const END: u8 = 8 << 3 | 1;
 
+/// A `Span.Link` message's trace and span ids.
+fn link_ids(link: &[u8]) -> Result<(&[u8], &[u8]), Broken> {
+    let (mut trace, mut id): (&[u8], &[u8]) = (&[], &[]);
+    for f in fields(link) {
+        match f? {
+            (1, Wire::Bytes(b)) => trace = b,
+            (2, Wire::Bytes(b)) => id = b,
+            _ => {}
+        }
+    }
+    Ok((trace, id))
+}
+
 /// One span, read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct SpanRef<'a> {
@@ -369,6 +382,8 @@ pub struct SpanRef<'a> {
     status_error: bool,
     /// The status description as it stands on the wire (checked as UTF-8 when read).
     status_message: &'a [u8],
+    /// The first link's trace and span ids, when it has one.
+    link: Option<(&'a [u8], &'a [u8])>,
 }
 
 impl<'a> SpanRef<'a> {
@@ -391,6 +406,7 @@ impl<'a> SpanRef<'a> {
             end: 0,
             status_error: false,
             status_message: &[],
+            link: None,
         };
         let (mut first, mut last) = (usize::MAX, 0);
         let mut walk = fields(bytes);
@@ -451,6 +467,7 @@ impl<'a> SpanRef<'a> {
                 (6, Wire::Varint(k)) => span.kind = k as i32,
                 (7, Wire::Fixed64(t)) => span.start = t,
                 (8, Wire::Fixed64(t)) => span.end = t,
+                (13, Wire::Bytes(link)) if span.link.is_none() => span.link = Some(link_ids(link)?),
                 (15, Wire::Bytes(status)) => {
                     for f in fields(status) {
                         match f? {
@@ -500,6 +517,9 @@ impl<'a> SpanView<'a> for SpanRef<'a> {
     }
     fn attribute_count(&self) -> usize {
         self.attribute_count
+    }
+    fn link(&self) -> Option<(&'a [u8], &'a [u8])> {
+        self.link
     }
     fn status_message(&self) -> &'a str {
         std::str::from_utf8(self.status_message).unwrap_or("")

@@ -12,6 +12,7 @@ use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::{self, Attempt};
 use crate::label;
 use crate::otlp::tags::{self, Tag};
+use crate::tracker::honesty::{Contradiction, Testimony};
 use crate::tracker::{Asked, GroupId, Judgement, Observation, Violation};
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -37,6 +38,8 @@ pub struct Placed<'i> {
     pub operation: u64,
     /// What it asked, as far as telling a new question from a retry needs.
     pub asked: Asked,
+    /// What it says about its interface (DESIGN §13).
+    pub testimony: Testimony,
 }
 
 /// A resource's client, hashed once for all its spans, and the metric labels of the
@@ -157,6 +160,7 @@ impl Pipeline {
         };
         let stream = is_stream(attempt);
         let session = attempt.request.session;
+        let discovery = extract::discovery(attempt, succeeded, interfaces, interface);
         // A 404 on a declared MCP endpoint for a request that carried a session: the session
         // is gone (DESIGN §12.2). With no session known it stays what it was.
         if outcome == classify::Outcome::NotFound
@@ -172,7 +176,7 @@ impl Pipeline {
             declared,
             outcome,
             reason: classify::reason(outcome, declared, reason),
-            discovery: extract::discovery(attempt, succeeded, interfaces, interface),
+            discovery,
             group: GroupId {
                 client,
                 interface: self.id(interface_name),
@@ -183,6 +187,11 @@ impl Pipeline {
             } else {
                 self.id(attempt.operation)
             },
+            testimony: testimony(
+                attempt,
+                (interfaces, interface, path),
+                (outcome, declared, discovery),
+            ),
             asked: Asked {
                 version: attempt.request.version,
                 arguments: attempt.request.arguments,
@@ -192,6 +201,79 @@ impl Pipeline {
             },
         }
     }
+}
+
+/// What an attempt says about its interface (DESIGN §13): that it refused the operation
+/// (row 1 or 1'), served it, or contradicted its document — served what it declares `no`, or
+/// refused what it declares (a 405 for a method the endpoint lists, `UNIMPLEMENTED` for a
+/// declared gRPC method, a 404 on a declared path that is one resource). An attempt that
+/// names no server says nothing; a request for the discovery document is no operation of
+/// the document's.
+fn testimony(
+    attempt: &Attempt<'_>,
+    (interfaces, interface, path): (&Interfaces, InterfaceRef<'_>, Option<&str>),
+    (outcome, declared, discovery): (classify::Outcome, Declared, extract::Discovery),
+) -> Testimony {
+    use classify::Outcome;
+    use extract::Family;
+    if interface == InterfaceRef::Unknown {
+        return Testimony::default();
+    }
+    let refused = outcome == Outcome::NotSupported;
+    let served = outcome == Outcome::Ok;
+    let drift = match (outcome, declared) {
+        _ if discovery != extract::Discovery::None => None,
+        (Outcome::Ok, Declared::No) => Some(Contradiction::UndeclaredServed),
+        (Outcome::NotSupported | Outcome::NotFound, Declared::Yes) => {
+            let (listed, literal) = interfaces.declares(interface, path, attempt.http_method);
+            let refuses = match outcome {
+                Outcome::NotFound => literal,
+                _ => listed && matches!(attempt.family, Family::Http | Family::Grpc),
+            };
+            refuses.then_some(Contradiction::DeclaredRefused)
+        }
+        _ => None,
+    };
+    if !(refused || served || drift.is_some()) {
+        return Testimony::default();
+    }
+    Testimony {
+        about: about(attempt),
+        refused,
+        served,
+        drift,
+    }
+}
+
+/// The operation as DESIGN §13 compares them: for HTTP the method, and the path with a
+/// trailing `/`, doubled `/` and case taken away; else the method and target. A hash, never 0.
+fn about(attempt: &Attempt<'_>) -> u64 {
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: u8| h = (h ^ u64::from(b)).wrapping_mul(PRIME);
+    let op = attempt.operation;
+    if attempt.family == extract::Family::Http {
+        op.verb.bytes().for_each(|b| eat(b.to_ascii_uppercase()));
+        eat(b' ');
+        let mut slash = false;
+        for b in op.target.bytes() {
+            if b == b'/' {
+                slash = true;
+                continue;
+            }
+            if slash {
+                eat(b'/');
+                slash = false;
+            }
+            eat(b.to_ascii_lowercase());
+        }
+    } else {
+        [op.verb, " ", op.target, " ", op.via]
+            .iter()
+            .for_each(|part| part.bytes().for_each(&mut eat));
+        eat(u8::from(op.grpc));
+    }
+    h.max(1)
 }
 
 /// An HTTP GET or DELETE: on an MCP endpoint, the optional server stream or a session's end,
@@ -221,6 +303,7 @@ pub fn observation(p: &Placed<'_>, attempt: &Attempt<'_>, labels: u32) -> Observ
         anonymous: attempt.client.name == extract::UNKNOWN_CLIENT
             && attempt.client.instance.is_none(),
         asked: p.asked,
+        testimony: p.testimony,
     }
 }
 

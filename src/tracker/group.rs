@@ -777,6 +777,7 @@ mod tests {
             retry_after: None,
             anonymous: false,
             asked: Default::default(),
+            testimony: Default::default(),
             trace_id: [0; 16],
             span_id: n.to_be_bytes(),
         }

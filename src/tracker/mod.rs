@@ -18,6 +18,7 @@
 
 mod entry;
 mod group;
+pub mod honesty;
 mod keys;
 mod names;
 mod rules;
@@ -142,6 +143,8 @@ pub struct Observation {
     pub anonymous: bool,
     /// What it asked, as far as telling a new question from a retry needs (DESIGN §12).
     pub asked: Asked,
+    /// What it says about its interface (DESIGN §13).
+    pub testimony: honesty::Testimony,
 }
 
 /// What an attempt asked, as far as telling a new question from a retry needs (DESIGN §12.1,
@@ -287,6 +290,19 @@ pub enum Event {
         /// The group's labels handle.
         labels: u32,
     },
+    /// An interface contradicted itself or its document (DESIGN §13): count it once.
+    Contradicted {
+        /// The labels handle of the attempt that showed it (its interface is the one).
+        labels: u32,
+        /// How.
+        kind: honesty::Contradiction,
+        /// The operation.
+        operation: Arc<str>,
+        /// The attempt's trace id.
+        trace_id: [u8; 16],
+        /// The attempt's span id.
+        span_id: [u8; 8],
+    },
     /// Keys were evicted.
     Evicted {
         /// Why.
@@ -379,6 +395,10 @@ pub struct Tracker {
     params: Params,
     keys: AtomicUsize,
     max_keys: usize,
+    /// What interfaces said, per (interface, operation), in shards of their own: an
+    /// interface's operations are spread over them, and each is locked apart from the
+    /// tracker's (inside a tracker shard's lock at most, never the other way round).
+    witnesses: Vec<Mutex<honesty::Witness>>,
 }
 
 impl Tracker {
@@ -401,11 +421,50 @@ impl Tracker {
                 })
             })
             .collect();
+        let window = u64::try_from(config.honesty_window.as_nanos()).unwrap_or(u64::MAX);
+        let witnesses = (0..n)
+            .map(|_| Mutex::new(honesty::Witness::new(config.max_keys.div_ceil(n), window)))
+            .collect();
         Tracker {
             shards,
             params: Params::new(config),
             keys: AtomicUsize::new(0),
             max_keys: config.max_keys.max(1),
+            witnesses,
+        }
+    }
+
+    /// Notes what a new attempt says about its interface, and reports the contradictions to
+    /// count (DESIGN §13).
+    fn witness(&self, obs: &Observation, operation: &dyn Display, out: &mut Vec<Event>) {
+        let t = &obs.testimony;
+        if t.about == 0 {
+            return;
+        }
+        let interface = obs.group.interface;
+        let shard = ((interface ^ t.about) % self.witnesses.len() as u64) as usize;
+        let (found, _) = self.witnesses[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .note(interface, t, obs.start);
+        let mut name: Option<Arc<str>> = None;
+        for (kind, _) in found.into_iter().flatten() {
+            out.push(Event::Contradicted {
+                labels: obs.labels,
+                kind,
+                operation: name
+                    .get_or_insert_with(|| Arc::from(operation.to_string()))
+                    .clone(),
+                trace_id: obs.trace_id,
+                span_id: obs.span_id,
+            });
+        }
+    }
+
+    /// Forgets the interfaces' operations quiet for a whole `honesty_window` at `now`.
+    fn expire_witnesses(&self, now: Nanos) {
+        for w in &self.witnesses {
+            w.lock().unwrap_or_else(PoisonError::into_inner).expire(now);
         }
     }
 
@@ -447,7 +506,12 @@ impl Tracker {
         out: &mut Vec<Event>,
     ) -> Option<Judgement> {
         let mut shard = self.shard(&obs.group);
-        self.observe_locked(&mut shard, now, obs, operation, out)
+        let judged = self.observe_locked(&mut shard, now, obs, operation, out);
+        drop(shard);
+        if judged.is_some() {
+            self.witness(obs, operation, out);
+        }
+        judged
     }
 
     /// Adds attempts in order, exactly as [`Tracker::observe`] one at a time would, and
@@ -478,10 +542,11 @@ impl Tracker {
             std::hint::black_box(touched);
             for (i, t) in items[at..at + run].iter().enumerate() {
                 let (obs, operation) = parts(t);
-                verdict(
-                    at + i,
-                    self.observe_locked(&mut shard, now, obs, operation, out),
-                );
+                let judged = self.observe_locked(&mut shard, now, obs, operation, out);
+                if judged.is_some() {
+                    self.witness(obs, operation, out);
+                }
+                verdict(at + i, judged);
             }
             at += run;
         }
@@ -667,8 +732,9 @@ impl Tracker {
     }
 
     /// The periodic sweep: settles what is due, counts honored refusals, expires keys idle
-    /// for `key_ttl`.
+    /// for `key_ttl` and the interfaces' operations quiet for `honesty_window`.
     pub fn sweep(&self, now: Nanos, out: &mut impl Events) {
+        self.expire_witnesses(now);
         let p = &self.params;
         let mut expired = 0;
         self.each_shard(out, |shard, batch| {

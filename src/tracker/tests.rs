@@ -44,6 +44,7 @@ fn at(op: u64, start_ms: u64) -> A {
         retry_after: None,
         anonymous: false,
         asked: Default::default(),
+        testimony: Default::default(),
         trace_id: [7; 16],
         span_id: (op * 1_000_003 + start_ms).to_be_bytes(),
     })
@@ -103,6 +104,7 @@ struct Counts {
     honored: u32,
     counted: u32,
     evicted: u32,
+    contradictions: u32,
 }
 
 fn tally(events: &[Event]) -> Counts {
@@ -120,6 +122,7 @@ fn tally(events: &[Event]) -> Counts {
             }
             Event::Honored { .. } => c.honored += 1,
             Event::Evicted { keys, .. } => c.evicted += keys as u32,
+            Event::Contradicted { .. } => c.contradictions += 1,
         }
     }
     c
@@ -1531,7 +1534,7 @@ fn counted(events: &[Event]) -> Verdicts {
                 assert!(again.is_none(), "counted twice");
             }
             Event::Honored { labels } => *honored.entry(*labels).or_default() += 1,
-            Event::Evicted { .. } => {}
+            Event::Evicted { .. } | Event::Contradicted { .. } => {}
         }
     }
     (verdicts, honored)

@@ -32,7 +32,7 @@ pub(in crate::pipeline) fn carriers(members: &[Member<'_>], nodes: &mut [NodeMet
         .filter_map(|i| nodes[i].parent)
         .collect();
     let orphans: Vec<usize> = (0..nodes.len())
-        .filter(|&i| is_protocol(i) && !members[i].named)
+        .filter(|&i| is_protocol(i) && !members[i].named && nodes[i].carrier.is_none())
         .filter(|&i| !nodes[i].parent.is_some_and(|p| http_keys.contains(&p)))
         .collect();
     if orphans.is_empty() {

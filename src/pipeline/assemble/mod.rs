@@ -70,10 +70,13 @@ impl Pipeline {
         let (client, named) = extract::server_client(span, client_from, self.max_attributes);
         let parent = (!attempt.parent_span_id.is_empty())
             .then(|| key(attempt.trace_id, attempt.parent_span_id));
+        // A protocol span linked to the HTTP span that carried it is carried by it, as by a
+        // parent (DESIGN §12.5); whether it is one is decided with the others' links.
+        let carrier = span.link().map(|(trace, id)| key(trace, id));
         Some(Node {
             key: key(attempt.trace_id, attempt.span_id),
             parent,
-            carrier: None,
+            carrier,
             slot,
             // A server's span is never kept for a late part (it is remembered, observed).
             at: At::default(),

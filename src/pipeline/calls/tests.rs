@@ -302,6 +302,7 @@ fn observed(n: u64) -> Observation {
         retry_after: None,
         anonymous: false,
         asked: Default::default(),
+        testimony: Default::default(),
         trace_id: [0; 16],
         span_id: [0; 8],
     }

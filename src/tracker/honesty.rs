@@ -1,0 +1,311 @@
+//! Interfaces that mean what they say (DESIGN §13): per (interface, operation), what the
+//! interface answered — refused it (row 1 or 1'), served it, or contradicted its discovery
+//! document — from every client, and the contradictions that follow: a refusal and a success
+//! of the same operation within `honesty_window` of each other, whichever came first.
+//!
+//! Core: pure. The tracker owns a [`Witness`] and feeds it each new attempt's [`Testimony`];
+//! it returns the contradictions to count. Each is counted once when first seen, and again
+//! only after a whole window without it, whatever the order the spans arrive in. Memory is
+//! bounded: at most `cap` operations are remembered (some 120 bytes each); past it, new ones
+//! go unremembered until the quiet ones are forgotten, a window after their last attempt.
+
+use super::Nanos;
+use foldhash::HashMap;
+
+/// A way an interface contradicted itself or its document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Contradiction {
+    /// It refused an operation (row 1 or 1') and served it within the window.
+    RefusalContradicted,
+    /// It served what its document declares `no`.
+    UndeclaredServed,
+    /// It refused what its document declares.
+    DeclaredRefused,
+}
+
+impl Contradiction {
+    /// Every kind, in label order.
+    pub const ALL: [Contradiction; 3] = [
+        Contradiction::RefusalContradicted,
+        Contradiction::UndeclaredServed,
+        Contradiction::DeclaredRefused,
+    ];
+
+    /// The `kind` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Contradiction::RefusalContradicted => "refusal_contradicted",
+            Contradiction::UndeclaredServed => "undeclared_served",
+            Contradiction::DeclaredRefused => "declared_refused",
+        }
+    }
+}
+
+/// What one attempt says about its interface (DESIGN §13).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Testimony {
+    /// The operation as §13 compares them (for HTTP, the method and the path with a trailing
+    /// `/`, doubled `/` and case taken away); 0: the attempt says nothing about its interface.
+    pub about: u64,
+    /// The interface refused it (row 1 or 1').
+    pub refused: bool,
+    /// The interface served it (class `ok`).
+    pub served: bool,
+    /// It contradicted the interface's document, and how.
+    pub drift: Option<Contradiction>,
+}
+
+/// The refusals or successes of one operation kept: the latest few, enough to find one
+/// within a window of any other in all but a storm of both.
+const KEPT: usize = 4;
+
+/// What is remembered of one operation on one interface.
+#[derive(Debug, Clone, Default)]
+struct Record {
+    /// The latest refusals' starts, sorted; 0 for none.
+    refused: [Nanos; KEPT],
+    /// The latest successes' starts, sorted; 0 for none.
+    served: [Nanos; KEPT],
+    /// Per kind, the earliest and latest time it was seen: it is counted again only when seen
+    /// a whole window outside them.
+    seen: [Option<(Nanos, Nanos)>; 3],
+    /// The latest time anything was noted, for forgetting.
+    last: Nanos,
+}
+
+/// A contradiction to count: its kind and when (the later of the two attempts).
+pub type Found = (Contradiction, Nanos);
+
+/// The interfaces' testimonies, per (interface, operation).
+#[derive(Debug, Default)]
+pub struct Witness {
+    records: HashMap<(u64, u64), Record>,
+    cap: usize,
+    window: Nanos,
+}
+
+impl Witness {
+    /// A witness remembering at most `cap` operations, with contradictions `window` apart at
+    /// most.
+    pub fn new(cap: usize, window: Nanos) -> Witness {
+        Witness {
+            records: HashMap::default(),
+            cap,
+            window,
+        }
+    }
+
+    /// Notes what an attempt on `interface` that started at `at` says; returns the
+    /// contradictions to count now, at most two (one of the pair, one of the document), and
+    /// whether the operation could not be remembered (the bound reached).
+    pub fn note(&mut self, interface: u64, t: &Testimony, at: Nanos) -> ([Option<Found>; 2], bool) {
+        if t.about == 0 || !(t.refused || t.served || t.drift.is_some()) {
+            return ([None, None], false);
+        }
+        let len = self.records.len();
+        let window = self.window;
+        let record = match self.records.get_mut(&(interface, t.about)) {
+            Some(record) => record,
+            None if len >= self.cap => return ([None, None], true),
+            None => self.records.entry((interface, t.about)).or_default(),
+        };
+        record.last = record.last.max(at);
+        let mut found = [None, None];
+        let other = if t.refused {
+            keep(&mut record.refused, at);
+            Some(&record.served)
+        } else if t.served {
+            keep(&mut record.served, at);
+            Some(&record.refused)
+        } else {
+            None
+        };
+        if let Some(pair) = other.and_then(|times| within(times, at, window)) {
+            let when = pair.max(at);
+            found[0] = counted(record, Contradiction::RefusalContradicted, when, window);
+        }
+        if let Some(kind) = t.drift {
+            found[1] = counted(record, kind, at, window);
+        }
+        (found, false)
+    }
+
+    /// Forgets the operations with nothing noted for a whole window before `now`.
+    pub fn expire(&mut self, now: Nanos) {
+        let window = self.window;
+        self.records
+            .retain(|_, r| r.last.saturating_add(window) >= now);
+    }
+
+    /// How many operations are remembered.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// Keeps `at` among the latest [`KEPT`] times of `times` (sorted, 0 for an empty place).
+fn keep(times: &mut [Nanos; KEPT], at: Nanos) {
+    if at <= times[0] || times.contains(&at) {
+        return;
+    }
+    times[0] = at;
+    times.sort_unstable();
+}
+
+/// A time of `times` within `window` of `at`, when one is.
+fn within(times: &[Nanos; KEPT], at: Nanos, window: Nanos) -> Option<Nanos> {
+    times
+        .iter()
+        .copied()
+        .filter(|t| *t != 0)
+        .find(|t| t.abs_diff(at) <= window)
+}
+
+/// Notes `kind` seen at `at`: it is counted when it was never seen, or `at` is a whole window
+/// outside every time it was (so an operation that keeps contradicting itself is counted once
+/// a window, not once an attempt).
+fn counted(record: &mut Record, kind: Contradiction, at: Nanos, window: Nanos) -> Option<Found> {
+    let seen = &mut record.seen[kind as usize];
+    let new = match *seen {
+        None => true,
+        Some((first, last)) => {
+            at > last.saturating_add(window) || at.saturating_add(window) < first
+        }
+    };
+    *seen = Some(match *seen {
+        Some((first, last)) => (first.min(at), last.max(at)),
+        None => (at, at),
+    });
+    new.then_some((kind, at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Nanos = 1_000;
+
+    fn refused(about: u64) -> Testimony {
+        Testimony {
+            about,
+            refused: true,
+            ..Testimony::default()
+        }
+    }
+
+    fn served(about: u64) -> Testimony {
+        Testimony {
+            about,
+            served: true,
+            ..Testimony::default()
+        }
+    }
+
+    fn kinds(w: &mut Witness, notes: &[(Testimony, Nanos)]) -> Vec<Found> {
+        notes
+            .iter()
+            .flat_map(|(t, at)| w.note(1, t, *at).0)
+            .flatten()
+            .collect()
+    }
+
+    #[test]
+    fn a_refusal_and_a_success_within_the_window_contradict_in_either_order() {
+        let rc = Contradiction::RefusalContradicted;
+        for notes in [
+            [(refused(7), 100), (served(7), 200)],
+            [(served(7), 200), (refused(7), 100)],
+            [(served(7), 100), (refused(7), 200)],
+        ] {
+            let mut w = Witness::new(10, W);
+            assert_eq!(kinds(&mut w, &notes), [(rc, 200)], "{notes:?}");
+        }
+        let mut w = Witness::new(10, W);
+        assert_eq!(
+            kinds(&mut w, &[(refused(7), 100), (served(7), 100 + W + 1)]),
+            []
+        );
+        let mut w = Witness::new(10, W);
+        assert_eq!(
+            kinds(&mut w, &[(refused(7), 100), (served(8), 200)]),
+            [],
+            "another operation"
+        );
+        let mut w = Witness::new(10, W);
+        assert_eq!(
+            kinds(&mut w, &[(refused(7), 100), (refused(7), 200)]),
+            [],
+            "refused twice"
+        );
+    }
+
+    #[test]
+    fn a_contradiction_is_counted_once_a_window() {
+        let rc = Contradiction::RefusalContradicted;
+        let mut w = Witness::new(10, W);
+        let notes = [
+            (refused(7), 100),
+            (served(7), 200),
+            (refused(7), 300),
+            (served(7), 400),
+            // A whole window later: again.
+            (refused(7), 400 + W + 1),
+            (served(7), 400 + W + 2),
+        ];
+        assert_eq!(kinds(&mut w, &notes), [(rc, 200), (rc, 402 + W)]);
+        // Arriving late, within what was seen: not again; a window before it: again.
+        assert_eq!(kinds(&mut w, &[(served(7), 150)]), []);
+    }
+
+    #[test]
+    fn drift_is_counted_once_a_window_on_its_own() {
+        let drift = |kind| Testimony {
+            about: 3,
+            drift: Some(kind),
+            ..Testimony::default()
+        };
+        let us = Contradiction::UndeclaredServed;
+        let mut w = Witness::new(10, W);
+        let notes = [(drift(us), 100), (drift(us), 200), (drift(us), 200 + W + 1)];
+        assert_eq!(kinds(&mut w, &notes), [(us, 100), (us, 201 + W)]);
+        let dr = Contradiction::DeclaredRefused;
+        assert_eq!(
+            kinds(&mut w, &[(drift(dr), 300)]),
+            [(dr, 300)],
+            "each kind apart"
+        );
+    }
+
+    #[test]
+    fn memory_is_bounded_and_forgotten_after_a_quiet_window() {
+        let mut w = Witness::new(2, W);
+        assert!(!w.note(1, &served(1), 100).1);
+        assert!(!w.note(1, &served(2), 100).1);
+        assert!(w.note(1, &served(3), 100).1, "past the bound");
+        assert!(!w.note(1, &served(1), 200).1, "a known one still");
+        assert_eq!(w.len(), 2);
+        assert_eq!(w.note(1, &Testimony::default(), 100), ([None, None], false));
+        w.expire(100 + W);
+        assert_eq!(w.len(), 2, "within a window of its last");
+        w.expire(200 + W + 1);
+        assert_eq!(w.len(), 0);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn the_latest_times_are_kept() {
+        let mut times = [0; KEPT];
+        for t in [5, 1, 9, 3, 9, 7] {
+            keep(&mut times, t);
+        }
+        assert_eq!(times, [3, 5, 7, 9]);
+        assert_eq!(within(&times, 20, 11), Some(9));
+        assert_eq!(within(&times, 20, 10), None);
+        assert_eq!(within(&[0; KEPT], 5, 10), None, "an empty place is no time");
+    }
+}
