@@ -484,19 +484,35 @@ pub fn client_of(resource: &[KeyValue]) -> Client<'_> {
 
 pub use crate::config::DEFAULT_MAX_ATTRIBUTES;
 
-/// Reads one span of `client` as an attempt, from its first `max_attributes` attributes.
+/// Reads one span of `client` as an attempt, from its first `max_attributes` attributes: a
+/// CLIENT span, or an INTERNAL one with an MCP or A2A method (DESIGN §12.5).
 ///
 /// # Errors
-/// A [`Skip`] when the span is not a CLIENT span or belongs to no known protocol family.
+/// A [`Skip`] when the span is not such a span or belongs to no known protocol family.
 pub fn extract<'a>(
     client: Client<'a>,
     span: &dyn SpanView<'a>,
     max_attributes: usize,
 ) -> Result<Attempt<'a>, Skip> {
-    if span.kind() != SpanKind::Client as i32 {
+    let kind = span.kind();
+    if kind == SpanKind::Internal as i32 && names_protocol_method(span, max_attributes) {
+        // An INTERNAL span an MCP or A2A instrumentation gave its attributes (an
+        // `execute_tool` span) is an attempt as a CLIENT span would be (DESIGN §12.5).
+        return read(client, span, max_attributes, false);
+    }
+    if kind != SpanKind::Client as i32 {
         return Err(Skip::NotClient);
     }
     read(client, span, max_attributes, false)
+}
+
+/// Whether a span has `mcp.method.name` or `a2a.method.name`.
+fn names_protocol_method(span: &dyn SpanView<'_>, max_attributes: usize) -> bool {
+    let mut found = false;
+    span.attributes(max_attributes, &mut |key, _| {
+        found |= key == b"mcp.method.name" || key == b"a2a.method.name";
+    });
+    found
 }
 
 /// Reads one SERVER span of an interface observed from its side as an attempt of `client`

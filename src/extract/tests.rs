@@ -739,3 +739,40 @@ fn what_a_failed_spans_words_say_is_read_from_its_status_events_and_error_type()
     );
     assert_eq!(read(&mcp).2, Some(503), "only on a2a spans");
 }
+
+#[test]
+fn an_internal_span_with_a_protocol_method_is_an_attempt_and_no_other_is() {
+    // DESIGN §12.5: an `execute_tool` span an MCP instrumentation gave its attributes.
+    let r = resource();
+    let internal = |attrs| {
+        let mut sp = span("execute_tool weather", attrs);
+        sp.kind = SpanKind::Internal as i32;
+        sp
+    };
+    let tool = internal(vec![
+        s("gen_ai.operation.name", "execute_tool"),
+        s("mcp.method.name", "tools/call"),
+        s("gen_ai.tool.name", "weather"),
+    ]);
+    let a = extract(client_of(&r), &&tool, DEFAULT_MAX_ATTRIBUTES).expect("an attempt");
+    assert_eq!(
+        (a.family, a.operation.verb, a.operation.target),
+        (Family::Mcp, "tools/call", "weather")
+    );
+    let a2a = internal(vec![s("a2a.method.name", "SendMessage")]);
+    assert_eq!(
+        extract(client_of(&r), &&a2a, DEFAULT_MAX_ATTRIBUTES).map(|a| a.family),
+        Ok(Family::A2a)
+    );
+    for attrs in [
+        vec![s("gen_ai.operation.name", "invoke_agent")],
+        vec![s("rpc.system", "jsonrpc"), s("rpc.method", "x")],
+        vec![s("http.request.method", "GET")],
+    ] {
+        let other = internal(attrs);
+        assert_eq!(
+            extract(client_of(&r), &&other, DEFAULT_MAX_ATTRIBUTES),
+            Err(Skip::NotClient)
+        );
+    }
+}

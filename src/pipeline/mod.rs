@@ -431,6 +431,9 @@ impl Pipeline {
                 );
             }
         }
+        if joins.wrapping {
+            assemble::wrappers(&joins.members, &mut joins.nodes);
+        }
         if !joins.is_empty() {
             self.assemble(&mut request, &interfaces, joins, (body, owner));
         }
@@ -503,7 +506,11 @@ impl Pipeline {
             }
         };
         let parent = attempt.parent_span_id;
-        if !parent.is_empty() || (!joins.awaited.is_empty() && joins.awaits(&key())) {
+        // An INTERNAL protocol span may wrap a CLIENT span of its call with spans in between
+        // (DESIGN §12.5): a node, to be joined by time ([`assemble::wrappers`]).
+        let internal = span.kind() == SpanKind::Internal as i32;
+        joins.wrapping |= internal;
+        if internal || !parent.is_empty() || (!joins.awaited.is_empty() && joins.awaits(&key())) {
             let parent = (!parent.is_empty()).then(|| calls::key(attempt.trace_id, parent));
             joins.node(Node {
                 member: extract::call::Member {

@@ -1,14 +1,15 @@
 //! Which HTTP server span carries each protocol server span by time (DESIGN §9), found in
-//! time linear in the spans (a Fenwick tree over their starts and ends).
+//! time linear in the spans (a Fenwick tree over their starts and ends); and which protocol
+//! span wraps a protocol CLIENT span of the same call with spans in between (§12.5).
 //!
 //! Core: pure.
 
 use super::super::calls::SpanKey;
 use super::NodeMeta;
-use crate::extract::call::Member;
+use crate::extract::call::{Member, Side};
 use crate::extract::Family;
 use crate::tracker::Nanos;
-use foldhash::HashSet;
+use foldhash::{HashMap, HashSet};
 
 /// Which HTTP server span of the same resource and export carries each protocol server span
 /// by time (DESIGN §9): for a protocol span that names no client and whose parent is not an
@@ -52,6 +53,56 @@ pub(in crate::pipeline) fn carriers(members: &[Member<'_>], nodes: &mut [NodeMet
                 nodes[i].carrier = Some(nodes[parents[p]].key);
             }
         }
+    }
+}
+
+/// Which span of the same export and client wraps each protocol CLIENT span whose parent is
+/// none of them (DESIGN §12.5: an INTERNAL `execute_tool` span to which an MCP instrumentation
+/// added its attributes, with a framework's span between it and the SDK's): a client-side
+/// protocol span of the same trace, family and operation whose time contains it — the latest
+/// to start of them. It is given as the span's carrier, which the call's assembly takes as a
+/// nesting ([`crate::extract::call::Link::Nested`]).
+pub(in crate::pipeline) fn wrappers(members: &[Member<'_>], nodes: &mut [NodeMeta]) {
+    let protocol = |i: usize| {
+        members[i].side == Side::Client
+            && matches!(
+                members[i].attempt.family,
+                Family::Mcp | Family::A2a | Family::JsonRpc
+            )
+    };
+    let keys: HashSet<SpanKey> = nodes.iter().map(|n| n.key).collect();
+    let mut by_trace: HashMap<&[u8], Vec<usize>> = HashMap::default();
+    for i in (0..nodes.len()).filter(|&i| protocol(i)) {
+        by_trace
+            .entry(members[i].attempt.trace_id)
+            .or_default()
+            .push(i);
+    }
+    for i in 0..nodes.len() {
+        let orphan = nodes[i].parent.is_some_and(|p| !keys.contains(&p));
+        if !orphan || !protocol(i) || nodes[i].carrier.is_some() {
+            continue;
+        }
+        let a = &members[i].attempt;
+        let wrapper = by_trace[a.trace_id]
+            .iter()
+            .copied()
+            .filter(|&w| {
+                let o = &members[w].attempt;
+                w != i
+                    && o.client == a.client
+                    && o.family == a.family
+                    && o.operation == a.operation
+                    && o.start <= a.start
+                    && o.end >= a.end
+            })
+            .max_by_key(|&w| {
+                (
+                    members[w].attempt.start,
+                    std::cmp::Reverse(members[w].attempt.end),
+                )
+            });
+        nodes[i].carrier = wrapper.map(|w| nodes[w].key);
     }
 }
 

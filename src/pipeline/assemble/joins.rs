@@ -122,6 +122,9 @@ pub(in crate::pipeline) struct Joins<'a> {
     pub unrecorded: u32,
     /// The request's body: its spans counted at the first node, for room.
     pub body: &'a [u8],
+    /// The request has an INTERNAL protocol span: the CLIENT spans whose parent is no attempt
+    /// are joined by time to one that wraps them ([`super::wrappers`]).
+    pub wrapping: bool,
 }
 
 impl<'a> Joins<'a> {

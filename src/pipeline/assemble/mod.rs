@@ -27,7 +27,7 @@ mod count;
 mod joins;
 mod work;
 
-pub(super) use carriers::carriers;
+pub(super) use carriers::{carriers, wrappers};
 use count::{keep_counted, mark_open, Counting, Places};
 pub(super) use joins::{Joins, Memory, Node, Root};
 use joins::{NodeMeta, Remembered, Seen};

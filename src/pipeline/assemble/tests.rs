@@ -161,3 +161,68 @@ fn a_carrier_is_only_a_span_that_carries_by_the_rules_of_the_call() {
         assert_eq!(groups.iter().count(), if carried { 1 } else { 2 });
     }
 }
+
+#[test]
+fn a_protocol_client_span_under_a_span_that_is_no_attempt_is_wrapped_by_the_one_around_it() {
+    // DESIGN §12.5: an INTERNAL `execute_tool` span with MCP attributes, a framework's span
+    // (no attempt, not here) and the SDK's CLIENT span under that.
+    use super::joins::NodeMeta;
+    use crate::extract::call::{sample, Member, Side};
+    use crate::extract::{Attempt, Client, Family};
+    use crate::pipeline::calls::{key, At};
+    let agent = Client {
+        name: "agent",
+        instance: None,
+    };
+    let other = Client {
+        name: "other",
+        instance: None,
+    };
+    let member = |client, target, (start, end): (u64, u64)| Member {
+        attempt: Attempt {
+            start,
+            end,
+            ..sample(Family::Mcp, client, "tools/call", target)
+        },
+        side: Side::Client,
+        named: false,
+    };
+    let node = |id: u8, parent: Option<u8>| NodeMeta {
+        key: key(&[1; 16], &[id; 8]),
+        parent: parent.map(|p| key(&[1; 16], &[p; 8])),
+        carrier: None,
+        slot: None,
+        at: At::default(),
+    };
+    let wrapped = |members: &[Member<'static>]| {
+        // 0 wraps the others; each of them names span 9 (no attempt) as its parent.
+        let mut nodes: Vec<NodeMeta> = (0..members.len() as u8)
+            .map(|i| node(i, (i > 0).then_some(9)))
+            .collect();
+        super::wrappers(members, &mut nodes);
+        nodes
+            .iter()
+            .map(|n| n.carrier.map(|k| k.1[0]))
+            .collect::<Vec<_>>()
+    };
+    let outer = member(agent, "weather", (100, 200));
+    assert_eq!(
+        wrapped(&[outer.clone(), member(agent, "weather", (110, 150))]),
+        [None, Some(0)]
+    );
+    for (why, inner) in [
+        ("another tool", member(agent, "lookup", (110, 150))),
+        ("another client", member(other, "weather", (110, 150))),
+        ("not inside it", member(agent, "weather", (150, 250))),
+    ] {
+        assert_eq!(wrapped(&[outer.clone(), inner]), [None, None], "{why}");
+    }
+    // Of two around it, the nearer (the later to start).
+    let near = member(agent, "weather", (105, 180));
+    let mut nodes = vec![node(0, None), node(1, None), node(2, Some(9))];
+    super::wrappers(
+        &[outer, near, member(agent, "weather", (110, 150))],
+        &mut nodes,
+    );
+    assert_eq!(nodes[2].carrier, Some(key(&[1; 16], &[1; 8])));
+}

@@ -95,9 +95,17 @@ impl<'w> Work<'w> {
                 }
             }
             if joined.carrier.is_none() {
-                joined.carrier = found(&self.carriers[i]).filter(|&h| {
-                    h != i && call::link(member, &self.members[h]) == Some(Link::Carried)
-                });
+                // A carrier by time (§9), or a protocol span wrapping it (§12.5).
+                match found(&self.carriers[i])
+                    .filter(|&h| h != i)
+                    .map(|h| (h, call::link(member, &self.members[h])))
+                {
+                    Some((h, Some(Link::Carried))) => joined.carrier = Some(h),
+                    Some((h, Some(Link::Nested))) if joined.parent.is_none() => {
+                        joined.parent = Some((h, Link::Nested));
+                    }
+                    _ => {}
+                }
             }
             for j in joined
                 .parent
