@@ -227,6 +227,7 @@ fn observation(thread: u64, n: u64) -> Observation {
         retry_after: None,
         anonymous: false,
         asked: Default::default(),
+        testimony: Default::default(),
         trace_id: [0; 16],
         span_id: n.to_be_bytes(),
     }

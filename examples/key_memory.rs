@@ -69,6 +69,7 @@ fn main() {
                 retry_after: None,
                 anonymous: false,
                 asked: Default::default(),
+                testimony: Default::default(),
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };
