@@ -9,11 +9,11 @@
 //! batch, following the product's own rule: 5xx, 408, 429, timeouts and connection errors
 //! are retried with backoff (honouring `Retry-After`); any other 4xx is not.
 
-use super::{ActiveAlerts, Alert, Raised, Severity};
+use super::{ActiveAlerts, Alert, Cause, Raised};
 use crate::access::Limit;
 use crate::config::{AlertingConfig, AlertmanagerConfig};
 use crate::retry::{self, Answer, Backoff};
-use crate::tracker::{Nanos, Violation};
+use crate::tracker::Nanos;
 use prometheus::{IntCounter, IntCounterVec};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
@@ -32,7 +32,7 @@ pub struct Alerter {
     state: Mutex<ActiveAlerts>,
     /// `refusal_gate_alerts_total`, one handle per violation (which fixes the alert name
     /// and severity), so that counting an alert hashes no label.
-    alerts_total: [IntCounter; Violation::ALL.len()],
+    alerts_total: [IntCounter; Cause::ALL.len()],
     deliveries: IntCounterVec,
     /// Every violation as it is raised, for `WatchAlerts` and `/v1/alerts/stream`; a
     /// watcher that falls [`WATCH_BUFFER`] behind skips ahead.
@@ -66,9 +66,8 @@ impl Alerter {
                 resolve_after,
                 config.min_severity,
             )),
-            alerts_total: Violation::ALL.map(|v| {
-                alerts_total.with_label_values(&[v.alert_name(), Severity::of(v).as_str()])
-            }),
+            alerts_total: Cause::ALL
+                .map(|c| alerts_total.with_label_values(&[c.alert_name(), c.severity().as_str()])),
             deliveries,
             watch: tokio::sync::broadcast::channel(WATCH_BUFFER).0,
             watchers: Limit::new(config.max_watchers),
@@ -97,7 +96,7 @@ impl Alerter {
 
     /// Raises one violation's alert at `now`: counts it, logs it when it starts firing.
     pub fn raise(&self, now: Nanos, alert: Alert) {
-        let violation = alert.violation;
+        let cause = alert.cause;
         if self.watch.receiver_count() > 0 {
             let _ = self.watch.send(alert.clone());
         }
@@ -113,13 +112,13 @@ impl Alerter {
             Raised::New(log) => tracing::warn!(
                 alertname = log.key.alertname, severity = log.severity.as_str(),
                 client = %log.key.client, interface = %log.key.interface,
-                violation = log.violation.as_str(), operation = %log.operation,
+                cause = log.cause.label().1, operation = %log.operation,
                 trace_id = %log.trace_id_hex(), span_id = %log.span_id_hex(),
                 "Alert firing."
             ),
             Raised::Extended => {}
         }
-        self.alerts_total[violation as usize].inc();
+        self.alerts_total[cause.index()].inc();
     }
 
     /// The alerts firing at `now`.

@@ -1,12 +1,13 @@
-//! Alert rules: which alert each violation raises, and the set of active alerts,
-//! deduplicated by (alertname, client, interface), each resolving by itself
-//! `resolve_after` after its last violation (DESIGN §6).
+//! Alert rules: which alert each violation raises — and each contradiction of an interface
+//! (DESIGN §13) — and the set of active alerts, deduplicated by (alertname, client,
+//! interface), each resolving by itself `resolve_after` after its last violation (DESIGN §6).
 //!
 //! Core: pure. Time is passed in; nothing here logs, locks or sends. [`delivery`] is the
 //! edge that wraps [`ActiveAlerts`] in a lock and pushes what changed to Alertmanager.
 
 pub mod delivery;
 
+use crate::tracker::honesty::Contradiction;
 use crate::tracker::{Event, Nanos, Violation};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::cmp::Reverse;
@@ -26,13 +27,83 @@ impl Severity {
     }
 }
 
+/// What raised an alert: a client's violation, or an interface's contradiction (DESIGN §13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A client's avoidable request.
+    Violation(Violation),
+    /// An interface that contradicted itself or its document.
+    Contradiction(Contradiction),
+}
+
+impl Cause {
+    /// Every cause, in the order of their alert counters.
+    pub const ALL: [Cause; 9] = [
+        Cause::Violation(Violation::ALL[0]),
+        Cause::Violation(Violation::ALL[1]),
+        Cause::Violation(Violation::ALL[2]),
+        Cause::Violation(Violation::ALL[3]),
+        Cause::Violation(Violation::ALL[4]),
+        Cause::Violation(Violation::ALL[5]),
+        Cause::Contradiction(Contradiction::ALL[0]),
+        Cause::Contradiction(Contradiction::ALL[1]),
+        Cause::Contradiction(Contradiction::ALL[2]),
+    ];
+
+    /// Its place in [`Cause::ALL`].
+    pub fn index(self) -> usize {
+        match self {
+            Cause::Violation(v) => v as usize,
+            Cause::Contradiction(c) => Violation::ALL.len() + c as usize,
+        }
+    }
+
+    /// The alert it raises: a violation's, `InterfaceContradictsItself` for a refusal
+    /// contradicted, `DiscoveryDocumentDrift` for an interface at odds with its document.
+    pub fn alert_name(self) -> &'static str {
+        match self {
+            Cause::Violation(v) => v.alert_name(),
+            Cause::Contradiction(Contradiction::RefusalContradicted) => {
+                "InterfaceContradictsItself"
+            }
+            Cause::Contradiction(_) => "DiscoveryDocumentDrift",
+        }
+    }
+
+    /// The alert's severity: `InterfaceContradictsItself` warns, `DiscoveryDocumentDrift`
+    /// informs.
+    pub fn severity(self) -> Severity {
+        match self {
+            Cause::Violation(v) => Severity::of(v),
+            Cause::Contradiction(Contradiction::RefusalContradicted) => Severity::Warning,
+            Cause::Contradiction(_) => Severity::Info,
+        }
+    }
+
+    /// The label that names it (`violation` or `kind`) and its value.
+    pub fn label(self) -> (&'static str, &'static str) {
+        match self {
+            Cause::Violation(v) => ("violation", v.as_str()),
+            Cause::Contradiction(c) => ("kind", c.as_str()),
+        }
+    }
+
+    /// The violation, when it is one.
+    pub fn violation(self) -> Option<Violation> {
+        match self {
+            Cause::Violation(v) => Some(v),
+            Cause::Contradiction(_) => None,
+        }
+    }
+}
+
 /// The identity of an alert: Alertmanager's deduplication key. The names are shared with
 /// the metric labels, so raising an alert that is already firing copies no string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AlertKey {
-    /// One of the six alert names.
+    /// One of the eight alert names.
     pub alertname: &'static str,
-    /// The `client` label.
+    /// The `client` label; empty for an interface's alert.
     pub client: Arc<str>,
     /// The `interface` label.
     pub interface: Arc<str>,
@@ -43,11 +114,11 @@ pub struct AlertKey {
 pub struct Alert {
     /// Its identity.
     pub key: AlertKey,
-    /// `critical` or `warning`.
+    /// `critical`, `warning` or `info`.
     pub severity: Severity,
-    /// The violation that raised it.
-    pub violation: Violation,
-    /// The latest violating operation.
+    /// The violation or contradiction that raised it.
+    pub cause: Cause,
+    /// The latest violating (or contradicting) operation.
     pub operation: Arc<str>,
     /// The latest violating span's trace id.
     pub trace_id: [u8; 16],
@@ -62,7 +133,20 @@ pub struct Alert {
 impl Alert {
     /// The one-line summary annotation.
     pub fn summary(&self) -> String {
-        let what = match self.violation {
+        let violation = match self.cause {
+            Cause::Violation(v) => v,
+            Cause::Contradiction(c) => {
+                let what = match c {
+                    Contradiction::RefusalContradicted => "refused and served",
+                    Contradiction::UndeclaredServed => {
+                        "served, though its document does not declare"
+                    }
+                    Contradiction::DeclaredRefused => "refused, though its document declares",
+                };
+                return format!("{} {what} {}", self.key.interface, self.operation);
+            }
+        };
+        let what = match violation {
             Violation::RetryAfterRefusal => "retried after an authoritative refusal",
             Violation::RetryWithoutDiscovery => {
                 "retried a refusal without reading the discovery document"
@@ -88,46 +172,75 @@ impl Alert {
         hex(&self.span_id)
     }
 
-    /// Its labels, as DESIGN §6 names them.
-    pub fn labels(&self) -> [(&'static str, &str); 5] {
-        [
+    /// Its labels, as DESIGN §6 names them (§13: an interface's alert names no client, and
+    /// its `kind` where a client's names its `violation`).
+    pub fn labels(&self) -> Vec<(&'static str, &str)> {
+        let mut labels = vec![
             ("alertname", self.key.alertname),
             ("severity", self.severity.as_str()),
-            ("client", &self.key.client),
-            ("interface", &self.key.interface),
-            ("violation", self.violation.as_str()),
-        ]
+        ];
+        if self.cause.violation().is_some() {
+            labels.push(("client", &self.key.client));
+        }
+        labels.push(("interface", &self.key.interface));
+        labels.push(self.cause.label());
+        labels
     }
 }
 
-/// The alert a tracker event raises at `now`: one for every counted violation whose
-/// (client, interface) labels `names` knows (by the event's labels handle).
+/// The alert a tracker event raises at `now`: one for every counted violation, and every
+/// contradiction of an interface, whose (client, interface) labels `names` knows (by the
+/// event's labels handle).
 pub fn of_event(
     event: &Event,
     now: Nanos,
     names: impl FnOnce(u32) -> Option<(Arc<str>, Arc<str>)>,
 ) -> Option<Alert> {
-    let Event::Counted {
-        labels,
-        violation: Some(violation),
-        operation,
-        trace_id,
-        span_id,
-        ..
-    } = event
-    else {
-        return None;
+    let (labels, cause, operation, trace_id, span_id) = match event {
+        Event::Counted {
+            labels,
+            violation: Some(violation),
+            operation,
+            trace_id,
+            span_id,
+            ..
+        } => (
+            labels,
+            Cause::Violation(*violation),
+            operation.clone().unwrap_or_else(|| Arc::from("")),
+            trace_id,
+            span_id,
+        ),
+        Event::Contradicted {
+            labels,
+            kind,
+            operation,
+            trace_id,
+            span_id,
+        } => (
+            labels,
+            Cause::Contradiction(*kind),
+            operation.clone(),
+            trace_id,
+            span_id,
+        ),
+        _ => return None,
     };
     let (client, interface) = names(*labels)?;
     Some(Alert {
         key: AlertKey {
-            alertname: violation.alert_name(),
-            client,
+            alertname: cause.alert_name(),
+            // An interface's alert is the interface's, whoever's attempt showed it.
+            client: if cause.violation().is_some() {
+                client
+            } else {
+                Arc::from("")
+            },
             interface,
         },
-        severity: Severity::of(*violation),
-        violation: *violation,
-        operation: operation.clone().unwrap_or_else(|| Arc::from("")),
+        severity: cause.severity(),
+        cause,
+        operation,
         trace_id: *trace_id,
         span_id: *span_id,
         starts_at: now,
@@ -301,7 +414,7 @@ mod tests {
                 interface: "i".into(),
             },
             severity: Severity::of(violation),
-            violation,
+            cause: Cause::Violation(violation),
             operation: "POST /x".into(),
             trace_id: [0; 16],
             span_id: [0; 8],
@@ -353,6 +466,78 @@ mod tests {
             Raised::New(_)
         ));
         assert_eq!(set.take_changed()[0].starts_at, 400 * S);
+    }
+
+    #[test]
+    fn an_interface_that_contradicts_itself_raises_the_interfaces_alert() {
+        // DESIGN §13: labels interface and kind (no client), annotations of the later attempt.
+        let names = |_| Some((Arc::from("agent"), Arc::from("weather-mcp")));
+        let event = |kind| Event::Contradicted {
+            labels: 1,
+            kind,
+            operation: Arc::from("tools/call export"),
+            trace_id: [7; 16],
+            span_id: [9; 8],
+        };
+        let a =
+            of_event(&event(Contradiction::RefusalContradicted), 5 * S, names).expect("an alert");
+        assert_eq!(a.key.alertname, "InterfaceContradictsItself");
+        assert_eq!(a.severity, Severity::Warning);
+        assert_eq!(
+            a.labels(),
+            [
+                ("alertname", "InterfaceContradictsItself"),
+                ("severity", "warning"),
+                ("interface", "weather-mcp"),
+                ("kind", "refusal_contradicted"),
+            ]
+        );
+        assert_eq!(
+            a.summary(),
+            "weather-mcp refused and served tools/call export"
+        );
+        assert_eq!(
+            (&*a.operation, a.trace_id, a.span_id),
+            ("tools/call export", [7; 16], [9; 8])
+        );
+        for kind in [
+            Contradiction::UndeclaredServed,
+            Contradiction::DeclaredRefused,
+        ] {
+            let a = of_event(&event(kind), 5 * S, names).expect("an alert");
+            assert_eq!(
+                (a.key.alertname, a.severity),
+                ("DiscoveryDocumentDrift", Severity::Info)
+            );
+            assert_eq!(a.labels()[3], ("kind", kind.as_str()));
+            assert_eq!(&*a.key.client, "", "the interface's, whoever showed it");
+        }
+        // Below warning by default; let in when the minimum is info.
+        let drift = of_event(&event(Contradiction::DeclaredRefused), 5 * S, names).expect("alert");
+        let mut set = ActiveAlerts::new(10, 300 * S, Severity::Warning);
+        assert_eq!(set.raise(5 * S, drift.clone()), Raised::Ignored);
+        let mut set = ActiveAlerts::new(10, 300 * S, Severity::Info);
+        assert!(matches!(set.raise(5 * S, drift), Raised::New(_)));
+        // Every cause has its own counter.
+        let places: Vec<usize> = Cause::ALL.iter().map(|c| c.index()).collect();
+        assert_eq!(places, (0..Cause::ALL.len()).collect::<Vec<_>>());
+        let violation = of_event(
+            &Event::Counted {
+                operation: None,
+                labels: 1,
+                kind: crate::classify::Kind::Ok,
+                violation: Some(Violation::ProbeAfterRefusal),
+                discovery_read: false,
+                trace_id: [0; 16],
+                span_id: [0; 8],
+                end: 0,
+            },
+            S,
+            names,
+        )
+        .expect("an alert");
+        assert_eq!(violation.labels()[2], ("client", "agent"));
+        assert_eq!(violation.labels()[4], ("violation", "probe_after_refusal"));
     }
 
     #[test]

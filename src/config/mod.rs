@@ -753,10 +753,12 @@ fn default_drain_timeout() -> Duration {
 }
 
 /// How urgent an alert is (`alerting.min_severity`; which violation raises which is the
-/// alert rules' business, `crate::alert`). Ordered: `Warning < Critical`.
+/// alert rules' business, `crate::alert`). Ordered: `Info < Warning < Critical`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// Worth knowing: an interface at odds with its discovery document (DESIGN §13).
+    Info,
     /// Worth a look.
     Warning,
     /// A client retried after an authoritative refusal.
@@ -767,6 +769,7 @@ impl Severity {
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {
+            Severity::Info => "info",
             Severity::Warning => "warning",
             Severity::Critical => "critical",
         }

@@ -108,7 +108,7 @@ fn bad_configurations_name_the_key() {
                 "insecure",
             ),
             ("alerting: { alertmanager: { url: localhost:9093 } }", "alerting.alertmanager.url"),
-            ("alerting: { min_severity: info }", "min_severity"),
+            ("alerting: { min_severity: debug }", "min_severity"),
             ("alerting: { resolve_after: 0s }", "alerting.resolve_after"),
         ];
     for (text, key) in cases {

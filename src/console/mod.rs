@@ -7,6 +7,7 @@
 //! plain JavaScript embedded in the binary (`page.html`, `console.css`, `console.js`); the
 //! report is the same page with its data inlined, so it needs no network.
 
+use crate::alert::Cause;
 use crate::classify::{Class, Kind};
 use crate::pipeline::Pipeline;
 use crate::tracker::{GroupHistory, Nanos, Recent, Violation};
@@ -214,7 +215,11 @@ pub fn alerts(pipeline: &Pipeline, now: Nanos, trace_url: Option<&str>) -> Value
                 "severity": a.severity.as_str(),
                 "client": &*a.key.client,
                 "interface": &*a.key.interface,
-                "violation": a.violation.as_str(),
+                "violation": a.cause.violation().map(Violation::as_str),
+                "kind": match a.cause {
+                    Cause::Contradiction(c) => Some(c.as_str()),
+                    Cause::Violation(_) => None,
+                },
                 "operation": &*a.operation,
                 "summary": a.summary(),
                 "trace_url": trace

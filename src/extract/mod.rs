@@ -361,7 +361,8 @@ impl<'a> Slots<'a> {
             | b"http.request.header.a2a-version"
             | b"http.request.header.a2a_version" => self.version = self.version.or(Some(v)),
             b"gen_ai.tool.call.arguments" => self.arguments = Some(v),
-            _ if key.starts_with(b"mcp.request.argument.") => {
+            // The first byte first: most keys that reach here are not MCP's.
+            [b'm', ..] if key.starts_with(b"mcp.request.argument.") => {
                 let value = fingerprint(v, fnv(FNV_BASIS, key));
                 self.argument_sum = self.argument_sum.wrapping_add(value);
             }

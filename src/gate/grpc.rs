@@ -8,6 +8,7 @@ use super::proto::{self, Protocol as ProtoProtocol};
 use super::{Asker, Filter, LastResponse, Protocol, Question};
 use crate::access::Tokens;
 use crate::alert::Alert;
+use crate::alert::Cause;
 use crate::clock;
 use crate::pipeline::Pipeline;
 use std::pin::Pin;
@@ -158,6 +159,7 @@ fn response(a: super::Answer) -> proto::DecideResponse {
             })
             .collect(),
         observed: a.observed,
+        contradicted: a.contradicted,
     }
 }
 
@@ -168,7 +170,14 @@ pub fn alert(a: &Alert) -> proto::Alert {
         severity: a.severity.as_str().to_owned(),
         client: a.key.client.to_string(),
         interface: a.key.interface.to_string(),
-        violation: a.violation.as_str().to_owned(),
+        violation: a
+            .cause
+            .violation()
+            .map_or(String::new(), |v| v.as_str().to_owned()),
+        kind: match a.cause {
+            Cause::Contradiction(c) => c.as_str().to_owned(),
+            Cause::Violation(_) => String::new(),
+        },
         operation: a.operation.to_string(),
         trace_id: a.trace_id_hex(),
         span_id: a.span_id_hex(),

@@ -140,6 +140,9 @@ pub struct Answer {
     pub alternatives: Vec<Alternative>,
     /// Whether the call was counted as an attempt.
     pub observed: bool,
+    /// The interface refused this operation and served it within `tracker.honesty_window`
+    /// (DESIGN §13): its refusal may not be authoritative.
+    pub contradicted: bool,
 }
 
 /// A question the gate cannot answer.
@@ -279,6 +282,8 @@ pub struct Assessment {
     pub attempt: u32,
     /// Whether it was tracked and counted.
     pub observed: bool,
+    /// Its interface contradicted itself on the operation within the window (DESIGN §13).
+    pub contradicted: bool,
     /// Other interfaces that declare the path: (name, URL, protocol).
     pub alternatives: Vec<(String, String, InterfaceProtocol)>,
     /// The interface's discovery document path, when one is known.
@@ -311,6 +316,11 @@ pub fn assess(
             .last
             .map_or(1, |(kind, n)| if kind == Kind::Ok { 1 } else { n + 1 }),
         observed: false,
+        contradicted: pipeline.tracker().contradicted(
+            p.group.interface,
+            pipeline.about(attempt, None),
+            now,
+        ),
         alternatives: match attempt.path_or_grpc(&mut None) {
             Some(path) => interfaces.alternatives(p.interface, path),
             None => Vec::new(),
@@ -475,6 +485,7 @@ pub fn answer(
         },
         alternatives,
         observed: a.observed,
+        contradicted: a.contradicted,
     }
 }
 
@@ -554,6 +565,7 @@ impl Filter {
     pub fn admits(&self, alert: &Alert) -> bool {
         let min = match self.min_severity.to_ascii_lowercase().as_str() {
             "critical" => Severity::Critical,
+            "info" => Severity::Info,
             _ => Severity::Warning,
         };
         (self.client.is_empty() || *alert.key.client == *self.client)
@@ -574,6 +586,7 @@ mod tests {
             last,
             attempt,
             observed: false,
+            contradicted: false,
             alternatives: vec![(
                 "other".into(),
                 "http://o.test/x".into(),
@@ -596,7 +609,7 @@ mod tests {
                 interface: "i".into(),
             },
             severity: Severity::Critical,
-            violation: Violation::RetryAfterRefusal,
+            cause: crate::alert::Cause::Violation(Violation::RetryAfterRefusal),
             operation: "POST /x".into(),
             trace_id: [0; 16],
             span_id: [0; 8],

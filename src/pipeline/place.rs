@@ -161,6 +161,7 @@ impl Pipeline {
         let stream = is_stream(attempt);
         let session = attempt.request.session;
         let discovery = extract::discovery(attempt, succeeded, interfaces, interface);
+        let operation = self.id(attempt.operation);
         // A 404 on a declared MCP endpoint for a request that carried a session: the session
         // is gone (DESIGN §12.2). With no session known it stays what it was.
         if outcome == classify::Outcome::NotFound
@@ -185,12 +186,13 @@ impl Pipeline {
             operation: if stream && session != 0 {
                 self.id((attempt.operation, session))
             } else {
-                self.id(attempt.operation)
+                operation
             },
             testimony: testimony(
                 attempt,
                 (interfaces, interface, path),
                 (outcome, declared, discovery),
+                || self.about(attempt, Some(operation)),
             ),
             asked: Asked {
                 version: attempt.request.version,
@@ -213,6 +215,7 @@ fn testimony(
     attempt: &Attempt<'_>,
     (interfaces, interface, path): (&Interfaces, InterfaceRef<'_>, Option<&str>),
     (outcome, declared, discovery): (classify::Outcome, Declared, extract::Discovery),
+    about: impl FnOnce() -> u64,
 ) -> Testimony {
     use classify::Outcome;
     use extract::Family;
@@ -238,42 +241,78 @@ fn testimony(
         return Testimony::default();
     }
     Testimony {
-        about: about(attempt),
+        about: about(),
         refused,
         served,
         drift,
     }
 }
 
-/// The operation as DESIGN §13 compares them: for HTTP the method, and the path with a
-/// trailing `/`, doubled `/` and case taken away; else the method and target. A hash, never 0.
-fn about(attempt: &Attempt<'_>) -> u64 {
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: u8| h = (h ^ u64::from(b)).wrapping_mul(PRIME);
-    let op = attempt.operation;
-    if attempt.family == extract::Family::Http {
-        op.verb.bytes().for_each(|b| eat(b.to_ascii_uppercase()));
-        eat(b' ');
-        let mut slash = false;
-        for b in op.target.bytes() {
-            if b == b'/' {
-                slash = true;
-                continue;
-            }
-            if slash {
-                eat(b'/');
-                slash = false;
-            }
-            eat(b.to_ascii_lowercase());
+impl Pipeline {
+    /// The operation as DESIGN §13 compares them, an id as the tracker's operations are
+    /// (`operation`, the id of the attempt's own, when the caller has it): for HTTP, the
+    /// method and the path with a trailing `/`, doubled `/` and case taken away; else the
+    /// method and target. Never 0. A path already so (nearly every one) costs no more hashing.
+    pub fn about(&self, attempt: &Attempt<'_>, operation: Option<u64>) -> u64 {
+        let op = attempt.operation;
+        let id = |op: extract::Operation<'_>| self.id(op).max(1);
+        if attempt.family != extract::Family::Http || is_plain(op.verb, op.target) {
+            return operation.map_or_else(|| id(op), |o| o.max(1));
         }
-    } else {
-        [op.verb, " ", op.target, " ", op.via]
-            .iter()
-            .for_each(|part| part.bytes().for_each(&mut eat));
-        eat(u8::from(op.grpc));
+        let mut room = [0u8; 512];
+        match plain(op.verb, op.target, &mut room) {
+            Some((verb, target)) => id(extract::Operation::new(verb, target, false)),
+            // A path longer than the room: by its own bytes.
+            None => id(op),
+        }
     }
-    h.max(1)
+}
+
+/// Whether an HTTP method and path are as §13 compares them already: an upper-case method, a
+/// lower-case path with no doubled `/` and no trailing one (but the root).
+fn is_plain(verb: &str, path: &str) -> bool {
+    let b = path.as_bytes();
+    let unplain = verb.bytes().any(|c| c.is_ascii_lowercase())
+        || b.iter().any(u8::is_ascii_uppercase)
+        || b.windows(2).any(|w| w == b"//")
+        || (b.len() > 1 && b.ends_with(b"/"));
+    !unplain
+}
+
+/// The method upper case and the path lower case with doubled and trailing `/` taken away,
+/// written into `room`; `None` when they do not fit.
+fn plain<'r>(verb: &str, path: &str, room: &'r mut [u8; 512]) -> Option<(&'r str, &'r str)> {
+    if verb.len() + path.len() > room.len() {
+        return None;
+    }
+    let (v, rest) = room.split_at_mut(verb.len());
+    for (to, from) in v.iter_mut().zip(verb.bytes()) {
+        *to = from.to_ascii_uppercase();
+    }
+    let mut len = 0;
+    let mut slash = false;
+    for b in path.bytes() {
+        if b == b'/' {
+            slash = true;
+            continue;
+        }
+        if slash {
+            rest[len] = b'/';
+            len += 1;
+            slash = false;
+        }
+        rest[len] = b.to_ascii_lowercase();
+        len += 1;
+    }
+    if len == 0 && path.starts_with('/') {
+        rest[0] = b'/';
+        len = 1;
+    }
+    // ASCII changed into ASCII, `/` taken away: still UTF-8.
+    Some((
+        std::str::from_utf8(v).ok()?,
+        std::str::from_utf8(&rest[..len]).ok()?,
+    ))
 }
 
 /// An HTTP GET or DELETE: on an MCP endpoint, the optional server stream or a session's end,
@@ -386,6 +425,50 @@ pub fn write_verdict_tags(out: &mut Vec<u8>, j: &Judgement) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operations_are_compared_as_section_13_compares_them() {
+        let mut room = [0u8; 512];
+        for (verb, path, want) in [
+            ("get", "/A//b/", ("GET", "/a/b")),
+            ("GET", "/", ("GET", "/")),
+            ("GET", "//", ("GET", "/")),
+            ("POST", "relative/Path", ("POST", "relative/path")),
+            ("DELETE", "/x///", ("DELETE", "/x")),
+        ] {
+            assert_eq!(plain(verb, path, &mut room), Some(want), "{verb} {path}");
+            assert!(is_plain(want.0, want.1), "{want:?} is plain");
+            assert!(
+                !is_plain(verb, path) || (verb, path) == want,
+                "{verb} {path}"
+            );
+        }
+        assert_eq!(plain("GET", &"/x".repeat(300), &mut room), None, "too long");
+        let p = Pipeline::from_config(&crate::config::Config::default());
+        let http = |verb: &'static str, path: &'static str| {
+            crate::extract::call::sample(
+                extract::Family::Http,
+                extract::Client {
+                    name: "a",
+                    instance: None,
+                },
+                verb,
+                path,
+            )
+        };
+        let plain_one = p.about(&http("GET", "/items/x"), None);
+        for same in [http("get", "/Items//X/"), http("GET", "/items/x/")] {
+            assert_eq!(p.about(&same, None), plain_one);
+        }
+        assert_ne!(p.about(&http("GET", "/items/y"), None), plain_one);
+        assert_ne!(p.about(&http("POST", "/items/x"), None), plain_one);
+        let own = p.id(http("GET", "/items/x").operation);
+        assert_eq!(
+            p.about(&http("GET", "/items/x"), Some(own)),
+            plain_one,
+            "the id given"
+        );
+    }
 
     #[test]
     fn the_verdict_tags_encoded_once_are_those_written_one_by_one() {

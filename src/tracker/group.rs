@@ -14,13 +14,12 @@ use super::entry::{
 };
 use super::keys::KeyMap;
 use super::rules::{followed, follows, Lists};
+use super::rules::{RECENT_KEPT, REFUSALS_KEPT};
 use super::{Event, Judgement, Nanos, Observation, Params, Retraction};
 use crate::classify::{self, Class};
 use crate::extract::Discovery;
 use std::sync::Arc;
 
-/// Refusal end times kept per group, for probes.
-const REFUSALS_KEPT: usize = 32;
 /// The longest operation name a key keeps for alerts, in bytes.
 pub const OPERATION_MAX: usize = 64;
 /// Pending attempts a key holds beyond its settled history before the oldest settle early:
@@ -170,9 +169,15 @@ impl Group {
         let mut group = Group::new(labels, false);
         group.lists = state.lists;
         // Sorted ascending: the latest are kept.
-        let refusals = &mut group.lists.refusals;
-        refusals.sort_unstable();
-        refusals.drain(..refusals.len().saturating_sub(REFUSALS_KEPT));
+        let lists = &mut group.lists;
+        for (list, kept) in [
+            (&mut lists.refusals, REFUSALS_KEPT),
+            (&mut lists.reads, RECENT_KEPT),
+            (&mut lists.sessions, RECENT_KEPT),
+        ] {
+            list.sort_unstable();
+            list.drain(..list.len().saturating_sub(kept));
+        }
         let mut keys = state.keys;
         keys.sort_by_key(|k| std::cmp::Reverse(k.last_seen));
         for k in keys.into_iter().take(room) {
@@ -324,9 +329,11 @@ impl Group {
         make_room(key, p);
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         let in_session = obs.asked.in_session;
-        self.lists
-            .note((read, refusal, in_session), end, REFUSALS_KEPT);
-        let reaching = read || refusal || in_session;
+        self.lists.note((read, refusal, in_session), end);
+        self.lists.streams |= obs.asked.sessionless;
+        // A session shown late matters only to a group's streams (DESIGN §12.4): others are
+        // not re-judged for it.
+        let reaching = read || refusal || (in_session && self.lists.streams);
         let others_affected = self.pending.note(now, obs.start, reaching.then_some(end));
         let (kind, violation, attempt) = if in_order {
             append_judged(&self.lists, key, entry, p)

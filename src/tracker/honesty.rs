@@ -130,6 +130,15 @@ impl Witness {
         (found, false)
     }
 
+    /// Whether `interface` contradicted itself on `about` (refused it and served it) within a
+    /// window of `now`.
+    pub fn contradicted(&self, interface: u64, about: u64, now: Nanos) -> bool {
+        self.records
+            .get(&(interface, about))
+            .and_then(|r| r.seen[Contradiction::RefusalContradicted as usize])
+            .is_some_and(|(_, last)| now <= last.saturating_add(self.window))
+    }
+
     /// Forgets the operations with nothing noted for a whole window before `now`.
     pub fn expire(&mut self, now: Nanos) {
         let window = self.window;
@@ -148,17 +157,26 @@ impl Witness {
     }
 }
 
-/// Keeps `at` among the latest [`KEPT`] times of `times` (sorted, 0 for an empty place).
+/// Keeps `at` among the latest [`KEPT`] times of `times` (sorted, 0 for an empty place): the
+/// smaller ones move down a place and the smallest leaves (no sort: nearly always `at` is the
+/// latest, and goes last).
 fn keep(times: &mut [Nanos; KEPT], at: Nanos) {
     if at <= times[0] || times.contains(&at) {
         return;
     }
-    times[0] = at;
-    times.sort_unstable();
+    let mut i = 0;
+    while i + 1 < KEPT && times[i + 1] < at {
+        times[i] = times[i + 1];
+        i += 1;
+    }
+    times[i] = at;
 }
 
 /// A time of `times` within `window` of `at`, when one is.
 fn within(times: &[Nanos; KEPT], at: Nanos, window: Nanos) -> Option<Nanos> {
+    if times[KEPT - 1] == 0 {
+        return None;
+    }
     times
         .iter()
         .copied()
@@ -258,6 +276,13 @@ mod tests {
             (served(7), 400 + W + 2),
         ];
         assert_eq!(kinds(&mut w, &notes), [(rc, 200), (rc, 402 + W)]);
+        assert!(
+            w.contradicted(1, 7, 402 + 2 * W),
+            "within a window of the last"
+        );
+        assert!(!w.contradicted(1, 7, 403 + 2 * W));
+        assert!(!w.contradicted(2, 7, 500), "another interface");
+        assert!(!w.contradicted(1, 8, 500), "another operation");
         // Arriving late, within what was seen: not again; a window before it: again.
         assert_eq!(kinds(&mut w, &[(served(7), 150)]), []);
     }

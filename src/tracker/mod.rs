@@ -461,6 +461,16 @@ impl Tracker {
         }
     }
 
+    /// Whether `interface` refused operation `about` (an id as [`honesty::Testimony::about`])
+    /// and served it within `honesty_window` of `now` (DESIGN §13).
+    pub fn contradicted(&self, interface: u64, about: u64, now: Nanos) -> bool {
+        let shard = ((interface ^ about) % self.witnesses.len() as u64) as usize;
+        self.witnesses[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contradicted(interface, about, now)
+    }
+
     /// Forgets the interfaces' operations quiet for a whole `honesty_window` at `now`.
     fn expire_witnesses(&self, now: Nanos) {
         for w in &self.witnesses {

@@ -10,6 +10,13 @@ use super::{Nanos, Params, Violation};
 use crate::classify::{self, Class, Kind};
 use crate::discovery::Declared;
 
+/// The refusals a group keeps: what probes are judged against.
+pub(super) const REFUSALS_KEPT: usize = 32;
+
+/// The reads and the successful MCP requests a group keeps: a retry after a header mismatch,
+/// a gone session or a stream's refusal is judged by those just before it.
+pub(super) const RECENT_KEPT: usize = 8;
+
 /// The discovery reads and refusals of a group.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub(super) struct Lists {
@@ -28,26 +35,27 @@ pub(super) struct Lists {
     /// The latest successful MCP requests' ends, sorted: each shows a session (DESIGN §12.4).
     #[serde(default)]
     pub(super) sessions: Vec<Nanos>,
+    /// The group has sent a GET or DELETE with no session known: only then can a successful
+    /// MCP request that arrives late change a verdict.
+    #[serde(default)]
+    pub(super) streams: bool,
 }
 
 impl Lists {
     /// Notes an attempt that ended at `end`: a discovery read (`read`), a refusal (`refusal`),
-    /// a successful MCP request (`in_session`), or none of them; the latest `kept` of each kept.
-    pub(super) fn note(
-        &mut self,
-        (read, refusal, in_session): (bool, bool, bool),
-        end: Nanos,
-        kept: usize,
-    ) {
+    /// a successful MCP request (`in_session`), or none of them; the latest
+    /// [`REFUSALS_KEPT`] refusals kept, and the latest [`RECENT_KEPT`] reads and sessions
+    /// (a retry is judged by those just before it).
+    pub(super) fn note(&mut self, (read, refusal, in_session): (bool, bool, bool), end: Nanos) {
         if read {
             self.first_read = Some(self.first_read.map_or(end, |f| f.min(end)));
-            insert_bounded(&mut self.reads, end, kept);
+            insert_bounded(&mut self.reads, end, RECENT_KEPT);
         }
         if refusal {
-            insert_bounded(&mut self.refusals, end, kept);
+            insert_bounded(&mut self.refusals, end, REFUSALS_KEPT);
         }
         if in_session {
-            insert_bounded(&mut self.sessions, end, kept);
+            insert_bounded(&mut self.sessions, end, RECENT_KEPT);
         }
     }
 
