@@ -1,7 +1,8 @@
 //! Alerts and dashboards against the real servers: Prometheus scrapes refusal-gate with
 //! the shipped rules, a retry after refusal and a retry before the server's Retry-After each
-//! reach Alertmanager twice over (pushed by refusal-gate and fired by the rule), and every
-//! PromQL expression of the Grafana
+//! reach Alertmanager twice over (pushed by refusal-gate and fired by the rule), and so does
+//! an interface that refused a tool to one client and served it to another (DESIGN §13: also
+//! named in /metrics and in the Gate API's answer), and every PromQL expression of the Grafana
 //! dashboard returns data. Then the delivery rule: an Alertmanager answering 503 is retried,
 //! one answering 400 is not.
 //!
@@ -15,8 +16,11 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::Router;
 use common::{
-    export, external, free_port, http_span, scrape, send, value, with_retry_after, Reaper,
+    export, external, free_port, http_span, kv, scrape, send, value, with_retry_after, Reaper,
 };
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use refusal_gate::app::Server;
 use refusal_gate::config::Config;
 use std::process::{Command, Stdio};
@@ -51,10 +55,31 @@ alerting:
     )
 }
 
+/// An MCP `tools/call` of `tool` over POST /mcp, refused with `code` or served.
+fn tool_call(i: u64, tool: &str, code: Option<i64>) -> Span {
+    let mut span = http_span(i, "POST", &format!("{MCP}/mcp"), 200);
+    span.attributes.extend([
+        kv("mcp.method.name", Value::StringValue("tools/call".into())),
+        kv("gen_ai.tool.name", Value::StringValue(tool.into())),
+    ]);
+    if let Some(code) = code {
+        span.attributes.push(kv(
+            "rpc.response.status_code",
+            Value::StringValue(code.to_string()),
+        ));
+        span.status = Some(Status {
+            code: SpanStatus::Error as i32,
+            ..Default::default()
+        });
+    }
+    span
+}
+
 /// The scenario: a discovery read, three refused POSTs to an undeclared path (two retries
 /// after refusal), a refusal left alone (honored once the 1 s window passes), a 429 asking
 /// for a second's wait and a 503 100 ms later (a retry before its Retry-After), another 503,
-/// and one malformed span.
+/// and one malformed span; then the tool `export` refused to e2e-agent with -32601 and served
+/// to another client (the interface contradicts itself).
 async fn play(server: &Server) {
     let url = |p: &str| format!("{MCP}{p}");
     let spans = vec![
@@ -66,8 +91,14 @@ async fn play(server: &Server) {
         with_retry_after(http_span(5, "POST", &url("/mcp"), 429), "1"),
         http_span(6, "POST", &url("/mcp"), 503),
         http_span(7, "POST", &url("/mcp"), 503),
+        tool_call(8, "export", Some(-32601)),
     ];
     send(&server.bound, export("e2e-agent", spans)).await;
+    send(
+        &server.bound,
+        export("other-agent", vec![tool_call(9, "export", None)]),
+    )
+    .await;
     let malformed = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"e2e-agent"}}]},
         "scopeSpans":[{"spans":[{"traceId":"not hex","spanId":"zz","name":"bad","kind":3}]}]}]}"#;
     let r = reqwest::Client::new()
@@ -93,6 +124,33 @@ async fn pushed_and_fired(am: &str, alertname: &str) -> (serde_json::Value, serd
         let ours = |a: &&serde_json::Value| {
             a["labels"]["client"] == "e2e-agent" && a["labels"]["interface"] == "weather-mcp"
         };
+        let pushed = alerts
+            .iter()
+            .filter(ours)
+            .find(|a| a["labels"]["source"].is_null());
+        let fired = alerts
+            .iter()
+            .filter(ours)
+            .find(|a| a["labels"]["source"] == "prometheus");
+        if let (Some(p), Some(f)) = (pushed, fired) {
+            return (p.clone(), f.clone());
+        }
+        assert!(Instant::now() < deadline, "Alertmanager has {alerts:#?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The interface alert `alertname` of weather-mcp as Alertmanager holds it twice: pushed and
+/// fired by the rule. An interface's alert names no client.
+async fn interface_alert(am: &str, alertname: &str) -> (serde_json::Value, serde_json::Value) {
+    let filter = format!("filter=alertname%3D%22{alertname}%22");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let alerts = get_json(&format!("{am}/api/v2/alerts?{filter}"))
+            .await
+            .unwrap_or_default();
+        let alerts = alerts.as_array().cloned().unwrap_or_default();
+        let ours = |a: &&serde_json::Value| a["labels"]["interface"] == "weather-mcp";
         let pushed = alerts
             .iter()
             .filter(ours)
@@ -238,6 +296,46 @@ alerting:
         assert_eq!(alert["labels"]["violation"], "retry_before_retry_after");
     }
     assert_eq!(pushed["annotations"]["operation"], "POST /mcp");
+    // The interface that refused `export` to one client and served it to another.
+    let (pushed, fired) = interface_alert(&am, "InterfaceContradictsItself").await;
+    for alert in [&pushed, &fired] {
+        assert_eq!(alert["labels"]["severity"], "warning");
+        assert_eq!(alert["labels"]["kind"], "refusal_contradicted");
+        assert!(alert["labels"]["client"].is_null(), "{alert}");
+    }
+    assert_eq!(pushed["annotations"]["operation"], "tools/call export");
+    assert_eq!(
+        pushed["annotations"]["span_id"], "000000000000000a",
+        "the later attempt's"
+    );
+    let answer = |tool: &str| {
+        let body = serde_json::json!({
+            "client": { "serviceName": "e2e-agent" },
+            "protocol": "mcp",
+            "url": format!("{MCP}/mcp"),
+            "method": "tools/call",
+            "tool": tool,
+        });
+        let url = format!("http://{}/v1/decide", server.bound.admin);
+        async move {
+            let r = reqwest::Client::new()
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .expect("the gate answers");
+            serde_json::from_slice::<serde_json::Value>(&r.bytes().await.expect("a body"))
+                .expect("JSON")
+        }
+    };
+    let gate = answer("export").await;
+    assert_eq!(gate["contradicted"], true, "{gate}");
+    assert_eq!(
+        gate["rule"], "refused before: protocol_not_supported",
+        "{gate}"
+    );
+    assert_eq!(answer("lookup").await["contradicted"], false);
 
     // The admin port lists it too.
     let listed = get_json(&format!("http://{}/api/v1/alerts", server.bound.admin))
@@ -249,7 +347,11 @@ alerting:
         .iter()
         .filter_map(|a| a["labels"]["alertname"].as_str())
         .collect();
-    for name in ["RetryAfterAuthoritativeRefusal", "RetryBeforeRetryAfter"] {
+    for name in [
+        "RetryAfterAuthoritativeRefusal",
+        "RetryBeforeRetryAfter",
+        "InterfaceContradictsItself",
+    ] {
         assert!(names.contains(&name), "{listed}");
     }
 
@@ -285,6 +387,28 @@ alerting:
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let m = scrape(&server.bound).await;
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_interface_contradictions_total",
+            &[
+                ("interface", "weather-mcp"),
+                ("kind", "refusal_contradicted")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &m,
+            "refusal_gate_alerts_total",
+            &[
+                ("alertname", "InterfaceContradictsItself"),
+                ("severity", "warning")
+            ]
+        ),
+        1.0
+    );
     assert!(
         value(
             &m,

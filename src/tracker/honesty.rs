@@ -7,7 +7,8 @@
 //! it returns the contradictions to count. Each is counted once when first seen, and again
 //! only after a whole window without it, whatever the order the spans arrive in. Memory is
 //! bounded: at most `cap` operations are remembered (some 120 bytes each); past it, new ones
-//! go unremembered until the quiet ones are forgotten, a window after their last attempt.
+//! go unremembered until the quiet ones are forgotten, a window after their last attempt
+//! arrived.
 
 use super::Nanos;
 use foldhash::HashMap;
@@ -69,8 +70,10 @@ struct Record {
     /// Per kind, the earliest and latest time it was seen: it is counted again only when seen
     /// a whole window outside them.
     seen: [Option<(Nanos, Nanos)>; 3],
-    /// The latest time anything was noted, for forgetting.
+    /// When anything was last noted, by the clock (as the tracker's keys are): for forgetting.
     last: Nanos,
+    /// When a refusal contradicted was last seen, by the clock: what the Gate API is told.
+    contradicted_at: Nanos,
 }
 
 /// A contradiction to count: its kind and when (the later of the two attempts).
@@ -95,10 +98,15 @@ impl Witness {
         }
     }
 
-    /// Notes what an attempt on `interface` that started at `at` says; returns the
-    /// contradictions to count now, at most two (one of the pair, one of the document), and
-    /// whether the operation could not be remembered (the bound reached).
-    pub fn note(&mut self, interface: u64, t: &Testimony, at: Nanos) -> ([Option<Found>; 2], bool) {
+    /// Notes what an attempt on `interface` that started at `at` says, arriving when the clock
+    /// reads `now`; returns the contradictions to count now, at most two (one of the pair, one
+    /// of the document), and whether the operation could not be remembered (the bound reached).
+    pub fn note(
+        &mut self,
+        interface: u64,
+        t: &Testimony,
+        (at, now): (Nanos, Nanos),
+    ) -> ([Option<Found>; 2], bool) {
         if t.about == 0 || !(t.refused || t.served || t.drift.is_some()) {
             return ([None, None], false);
         }
@@ -109,7 +117,7 @@ impl Witness {
             None if len >= self.cap => return ([None, None], true),
             None => self.records.entry((interface, t.about)).or_default(),
         };
-        record.last = record.last.max(at);
+        record.last = record.last.max(now);
         let mut found = [None, None];
         let other = if t.refused {
             keep(&mut record.refused, at);
@@ -122,6 +130,7 @@ impl Witness {
         };
         if let Some(pair) = other.and_then(|times| within(times, at, window)) {
             let when = pair.max(at);
+            record.contradicted_at = record.contradicted_at.max(now);
             found[0] = counted(record, Contradiction::RefusalContradicted, when, window);
         }
         if let Some(kind) = t.drift {
@@ -130,16 +139,16 @@ impl Witness {
         (found, false)
     }
 
-    /// Whether `interface` contradicted itself on `about` (refused it and served it) within a
-    /// window of `now`.
+    /// Whether `interface` was seen contradicting itself on `about` (refusing it and serving
+    /// it) within a window of `now`, by the clock.
     pub fn contradicted(&self, interface: u64, about: u64, now: Nanos) -> bool {
-        self.records
-            .get(&(interface, about))
-            .and_then(|r| r.seen[Contradiction::RefusalContradicted as usize])
-            .is_some_and(|(_, last)| now <= last.saturating_add(self.window))
+        self.records.get(&(interface, about)).is_some_and(|r| {
+            r.contradicted_at != 0 && now <= r.contradicted_at.saturating_add(self.window)
+        })
     }
 
-    /// Forgets the operations with nothing noted for a whole window before `now`.
+    /// Forgets the operations with nothing noted for a whole window before `now`, by the
+    /// clock.
     pub fn expire(&mut self, now: Nanos) {
         let window = self.window;
         self.records
@@ -227,7 +236,7 @@ mod tests {
     fn kinds(w: &mut Witness, notes: &[(Testimony, Nanos)]) -> Vec<Found> {
         notes
             .iter()
-            .flat_map(|(t, at)| w.note(1, t, *at).0)
+            .flat_map(|(t, at)| w.note(1, t, (*at, *at)).0)
             .flatten()
             .collect()
     }
@@ -309,12 +318,15 @@ mod tests {
     #[test]
     fn memory_is_bounded_and_forgotten_after_a_quiet_window() {
         let mut w = Witness::new(2, W);
-        assert!(!w.note(1, &served(1), 100).1);
-        assert!(!w.note(1, &served(2), 100).1);
-        assert!(w.note(1, &served(3), 100).1, "past the bound");
-        assert!(!w.note(1, &served(1), 200).1, "a known one still");
+        assert!(!w.note(1, &served(1), (100, 100)).1);
+        assert!(!w.note(1, &served(2), (100, 100)).1);
+        assert!(w.note(1, &served(3), (100, 100)).1, "past the bound");
+        assert!(!w.note(1, &served(1), (200, 200)).1, "a known one still");
         assert_eq!(w.len(), 2);
-        assert_eq!(w.note(1, &Testimony::default(), 100), ([None, None], false));
+        assert_eq!(
+            w.note(1, &Testimony::default(), (100, 100)),
+            ([None, None], false)
+        );
         w.expire(100 + W);
         assert_eq!(w.len(), 2, "within a window of its last");
         w.expire(200 + W + 1);

@@ -436,7 +436,13 @@ impl Tracker {
 
     /// Notes what a new attempt says about its interface, and reports the contradictions to
     /// count (DESIGN §13).
-    fn witness(&self, obs: &Observation, operation: &dyn Display, out: &mut Vec<Event>) {
+    fn witness(
+        &self,
+        now: Nanos,
+        obs: &Observation,
+        operation: &dyn Display,
+        out: &mut Vec<Event>,
+    ) {
         let t = &obs.testimony;
         if t.about == 0 {
             return;
@@ -446,7 +452,7 @@ impl Tracker {
         let (found, _) = self.witnesses[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .note(interface, t, obs.start);
+            .note(interface, t, (obs.start, now));
         let mut name: Option<Arc<str>> = None;
         for (kind, _) in found.into_iter().flatten() {
             out.push(Event::Contradicted {
@@ -519,7 +525,7 @@ impl Tracker {
         let judged = self.observe_locked(&mut shard, now, obs, operation, out);
         drop(shard);
         if judged.is_some() {
-            self.witness(obs, operation, out);
+            self.witness(now, obs, operation, out);
         }
         judged
     }
@@ -554,7 +560,7 @@ impl Tracker {
                 let (obs, operation) = parts(t);
                 let judged = self.observe_locked(&mut shard, now, obs, operation, out);
                 if judged.is_some() {
-                    self.witness(obs, operation, out);
+                    self.witness(now, obs, operation, out);
                 }
                 verdict(at + i, judged);
             }
