@@ -11,6 +11,9 @@
 //! DevTools protocol), the story read — for names holding every character a URL treats
 //! specially.
 //!
+//! An interface that refused a tool to one client and served it to another is listed on the
+//! page with the operation, the time and both calls' traces (DESIGN §13).
+//!
 //! The README's test command installs `chromium`; without it, plain `cargo test` skips.
 
 mod common;
@@ -236,6 +239,73 @@ async fn a_trace_url_that_would_run_a_script_never_reaches_the_page() {
         "the row's trace link: {fleet}"
     );
     assert!(!fleet.contains("javascript:"), "{fleet}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interface_that_refused_and_served_a_tool_is_listed_with_both_calls() {
+    use common::{export, http_span, kv};
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    if !external("chromium") {
+        return;
+    }
+    let dir = temp_dir("contradicted");
+    let interfaces = std::fs::read_to_string(example("federation.yaml")).expect("the interfaces");
+    let extra =
+        format!("  ui: {{ trace_url: \"http://tempo.test/trace/{{trace_id}}\" }}\n{interfaces}");
+    let (config, ports) = binary_config(&dir, "console", &extra);
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let call = |i: u64, trace: u8, code: Option<i64>| {
+        let mut span = http_span(i, "POST", "http://mcp.test:8080/mcp", 200);
+        span.trace_id = vec![trace; 16];
+        span.attributes.extend([
+            kv("mcp.method.name", Value::StringValue("tools/call".into())),
+            kv("gen_ai.tool.name", Value::StringValue("export".into())),
+        ]);
+        if let Some(code) = code {
+            span.attributes.push(kv(
+                "rpc.response.status_code",
+                Value::StringValue(code.to_string()),
+            ));
+        }
+        span
+    };
+    let read = http_span(0, "GET", "http://mcp.test:8080/.well-known/mcp.json", 200);
+    let client = reqwest::Client::new();
+    for (service, spans) in [
+        ("refused-agent", vec![read, call(1, 0xaa, Some(-32601))]),
+        ("served-agent", vec![call(2, 0xbb, None)]),
+    ] {
+        let answer = client
+            .post(format!("http://127.0.0.1:{}/v1/traces", ports.http))
+            .header("content-type", "application/x-protobuf")
+            .body(export(service, spans))
+            .send()
+            .await
+            .expect("the receiver answers");
+        assert_eq!(answer.status(), 200);
+    }
+    let page = dom(&dir, &format!("http://127.0.0.1:{}/", ports.admin));
+    let listed = page
+        .split("<li data-kind=\"refusal_contradicted\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</li>").next())
+        .unwrap_or_else(|| panic!("no contradiction listed: {page}"));
+    assert!(
+        listed.contains("<code>tools/call export</code>"),
+        "{listed}"
+    );
+    for trace in ["bb", "aa"] {
+        assert!(
+            listed.contains(&format!("http://tempo.test/trace/{}", trace.repeat(16))),
+            "both calls' traces, the later first: {listed}"
+        );
+    }
+    screenshot(
+        &dir,
+        &format!("http://127.0.0.1:{}/", ports.admin),
+        "contradicted.png",
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

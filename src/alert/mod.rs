@@ -217,6 +217,7 @@ pub fn of_event(
             operation,
             trace_id,
             span_id,
+            ..
         } => (
             labels,
             Cause::Contradiction(*kind),
@@ -478,6 +479,7 @@ mod tests {
             operation: Arc::from("tools/call export"),
             trace_id: [7; 16],
             span_id: [9; 8],
+            other_trace: None,
         };
         let a =
             of_event(&event(Contradiction::RefusalContradicted), 5 * S, names).expect("an alert");

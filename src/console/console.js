@@ -85,8 +85,10 @@ function alertsHtml(alerts) {
   if (!alerts.length) return `<p class="muted">No alert is firing.</p>`;
   return alerts.map((a) => `<div class="alert ${esc(a.severity)}" data-alert="${esc(a.alertname)}">
     <span class="name">${esc(a.alertname)}</span><span class="sev">${esc(a.severity)}</span><br>
-    <a href="${clientHref(a.client)}">${esc(a.client)}</a> on ${esc(a.interface)}: ${esc(a.summary)}
-    — <code>${esc(a.operation)}</code>
+    ${a.client
+      ? `<a href="${clientHref(a.client)}">${esc(a.client)}</a> on ${esc(a.interface)}: ${esc(a.summary)}
+    — <code>${esc(a.operation)}</code>`
+      : `${esc(a.summary)}`}
     ${a.trace_url ? ` — <a href="${esc(a.trace_url)}">trace</a>` : ""}
     <span class="muted">since ${when(a.starts_at)}</span></div>`).join("");
 }
@@ -115,13 +117,24 @@ function table(page) {
     <div style="overflow-x:auto"><table id="fleet"><thead><tr>${head}</tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
+// Where an interface refused an operation and served it, or was at odds with its document
+// (DESIGN §13): its refusals may not be authoritative. Each with the calls' traces.
+function contradictionsHtml(list) {
+  if (!list.length) return "–";
+  return `<ul class="contradictions">${list.map((c) => `<li data-kind="${esc(c.kind)}">${esc(c.kind)}: <code>${esc(c.operation)}</code>
+    <span class="muted">${when(c.at)}</span>${c.traces.map((t, n) => t.trace_url
+      ? ` <a href="${esc(t.trace_url)}" data-trace="${esc(t.trace_id)}">${n ? "the other call" : "trace"}</a>`
+      : ` <code data-trace="${esc(t.trace_id)}">${esc(t.trace_id.slice(0, 8))}</code>`).join("")}</li>`).join("")}</ul>`;
+}
+
 function interfacesHtml(list) {
   if (!list.length) return `<p class="muted">No interface is configured: each origin is an interface of its own, declaring nothing.</p>`;
-  return `<table id="interfaces"><thead><tr><th>name</th><th>protocol</th><th>serves from</th><th>declares</th><th>server view</th><th>document</th></tr></thead><tbody>${
+  return `<table id="interfaces"><thead><tr><th>name</th><th>protocol</th><th>serves from</th><th>declares</th><th>server view</th><th>document</th><th>contradicted itself</th></tr></thead><tbody>${
     list.map((i) => `<tr><td>${esc(i.name)}</td><td>${esc(i.protocol)}</td><td>${i.bases.map(esc).join("<br>")}</td>
       <td style="text-align:left">${i.declared.length ? i.declared.map((p) => `<code>${esc(p)}</code>`).join(" ") : "–"}</td>
       <td>${i.server_view ? "yes" : "–"}</td>
-      <td style="text-align:left">${i.document ? `${esc(i.document.outcome)} ${esc(i.document.source)} <span class="muted">${when(i.document.at)}</span>${i.document.error ? `<br><span class="muted">${esc(i.document.error)}</span>` : ""}` : "–"}</td></tr>`).join("")}</tbody></table>`;
+      <td style="text-align:left">${i.document ? `${esc(i.document.outcome)} ${esc(i.document.source)} <span class="muted">${when(i.document.at)}</span>${i.document.error ? `<br><span class="muted">${esc(i.document.error)}</span>` : ""}` : "–"}</td>
+      <td style="text-align:left">${contradictionsHtml(i.contradictions || [])}</td></tr>`).join("")}</tbody></table>`;
 }
 
 function healthHtml(h, now) {

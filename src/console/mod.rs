@@ -232,10 +232,18 @@ pub fn alerts(pipeline: &Pipeline, now: Nanos, trace_url: Option<&str>) -> Value
         .collect()
 }
 
-/// The interfaces: what each declares, whether its own side is observed, and its document's
-/// latest load.
-fn interfaces(pipeline: &Pipeline) -> Value {
+/// The interfaces: what each declares, whether its own side is observed, its document's
+/// latest load, and where it contradicted itself or its document (DESIGN §13), newest first,
+/// with the traces of the calls that showed it.
+fn interfaces(pipeline: &Pipeline, trace_url: Option<&str>) -> Value {
     let catalog = pipeline.catalog();
+    let seen = pipeline.metrics().contradictions();
+    let max = pipeline.metrics().max_label_bytes();
+    let link = |trace: &[u8; 16]| {
+        let hex: String = trace.iter().map(|b| format!("{b:02x}")).collect();
+        // An all-zero trace id is none: no link.
+        (trace != &[0; 16]).then(|| (trace_url.map(|t| t.replace("{trace_id}", &hex)), hex))
+    };
     catalog
         .current()
         .iter()
@@ -250,6 +258,23 @@ fn interfaces(pipeline: &Pipeline) -> Value {
                 "declared": i.paths,
                 "server_view": i.client_from.is_some(),
                 "document": load,
+                "contradictions": seen
+                    .iter()
+                    .filter(|c| *c.interface == *crate::label::shorten(&i.name, max))
+                    .map(|c| {
+                        let traces: Vec<Value> = std::iter::once(&c.trace_id)
+                            .chain(c.other_trace.as_ref())
+                            .filter_map(&link)
+                            .map(|(url, id)| json!({ "trace_id": id, "trace_url": url }))
+                            .collect();
+                        json!({
+                            "kind": c.kind.as_str(),
+                            "operation": &*c.operation,
+                            "at": c.at,
+                            "traces": traces,
+                        })
+                    })
+                    .collect::<Vec<_>>(),
             })
         })
         .collect()
@@ -261,7 +286,7 @@ pub fn status(pipeline: &Pipeline, q: &FleetQuery, now: Nanos, trace_url: Option
         "now": now / crate::clock::SECOND,
         "fleet": fleet(pipeline, q, trace_url),
         "alerts": alerts(pipeline, now, trace_url),
-        "interfaces": interfaces(pipeline),
+        "interfaces": interfaces(pipeline, trace_url),
         "health": pipeline.metrics().health(),
         "trace_url": trace_url,
     })

@@ -88,6 +88,26 @@ pub struct PairFigures {
     pub last_violation_trace: Option<[u8; 16]>,
 }
 
+/// A contradiction of an interface as the console lists it (DESIGN §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenContradiction {
+    /// The interface.
+    pub interface: Arc<str>,
+    /// How it contradicted itself or its document.
+    pub kind: crate::tracker::honesty::Contradiction,
+    /// The operation.
+    pub operation: Arc<str>,
+    /// When it was counted, Unix seconds (coarse).
+    pub at: u64,
+    /// The trace of the attempt that showed it.
+    pub trace_id: [u8; 16],
+    /// For a refusal contradicted, the trace of the other call of the pair.
+    pub other_trace: Option<[u8; 16]>,
+}
+
+/// The contradictions the console lists: the latest this many.
+const SEEN_CONTRADICTIONS: usize = 100;
+
 /// The receivers', tracker's and exporter's running totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Health {
@@ -139,6 +159,9 @@ pub struct Metrics {
     held_forced: IntCounterVec,
     evictions: IntCounterVec,
     contradictions: IntCounterVec,
+    /// The latest contradictions, newest last: what the console lists. A lock taken once a
+    /// contradiction is counted (once a window per operation) and once a page load.
+    seen_contradictions: Mutex<std::collections::VecDeque<SeenContradiction>>,
     label_overflow: IntCounterVec,
     label_truncated: IntCounterVec,
     metric_pushes: IntCounterVec,
@@ -203,6 +226,7 @@ impl Metrics {
             held_forced: f::HELD_FORCED.counter_vec(&r),
             evictions,
             contradictions: f::CONTRADICTIONS.counter_vec(&r),
+            seen_contradictions: Mutex::default(),
             label_overflow: f::LABEL_OVERFLOW.counter_vec(&r),
             label_truncated: f::LABEL_TRUNCATED.counter_vec(&r),
             metric_pushes: f::METRIC_PUSHES.counter_vec(&r),
@@ -273,7 +297,14 @@ impl Metrics {
                         .with_label_values(&[reason.as_str()])
                         .inc_by(keys as u64);
                 }
-                Event::Contradicted { labels, kind, .. } => {
+                Event::Contradicted {
+                    labels,
+                    kind,
+                    ref operation,
+                    trace_id,
+                    other_trace,
+                    ..
+                } => {
                     // Rare: a contradiction is counted once a window per operation.
                     let Some((_, interface)) = self.label_names(labels) else {
                         continue;
@@ -281,9 +312,33 @@ impl Metrics {
                     self.contradictions
                         .with_label_values(&[&interface, kind.as_str()])
                         .inc();
+                    let mut seen = self
+                        .seen_contradictions
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    if seen.len() == SEEN_CONTRADICTIONS {
+                        seen.pop_front();
+                    }
+                    seen.push_back(SeenContradiction {
+                        interface,
+                        kind,
+                        operation: operation.clone(),
+                        at: self.clock.load(Ordering::Relaxed),
+                        trace_id,
+                        other_trace,
+                    });
                 }
             }
         }
+    }
+
+    /// The latest contradictions of interfaces, newest first (at most 100).
+    pub fn contradictions(&self) -> Vec<SeenContradiction> {
+        let seen = self
+            .seen_contradictions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        seen.iter().rev().cloned().collect()
     }
 
     /// Counts spans a receiver accepted.

@@ -74,10 +74,13 @@ struct Record {
     last: Nanos,
     /// When a refusal contradicted was last seen, by the clock: what the Gate API is told.
     contradicted_at: Nanos,
+    /// The traces of the latest refusal and the latest success: the other call of a pair.
+    traces: [[u8; 16]; 2],
 }
 
-/// A contradiction to count: its kind and when (the later of the two attempts).
-pub type Found = (Contradiction, Nanos);
+/// A contradiction to count: its kind, when (the later of the two attempts), and for a refusal
+/// contradicted the trace of the other call of the pair (the latest of its kind).
+pub type Found = (Contradiction, Nanos, Option<[u8; 16]>);
 
 /// The interfaces' testimonies, per (interface, operation).
 #[derive(Debug, Default)]
@@ -105,7 +108,7 @@ impl Witness {
         &mut self,
         interface: u64,
         t: &Testimony,
-        (at, now): (Nanos, Nanos),
+        (at, now, trace): (Nanos, Nanos, [u8; 16]),
     ) -> ([Option<Found>; 2], bool) {
         if t.about == 0 || !(t.refused || t.served || t.drift.is_some()) {
             return ([None, None], false);
@@ -119,19 +122,32 @@ impl Witness {
         };
         record.last = record.last.max(now);
         let mut found = [None, None];
-        let other = if t.refused {
-            keep(&mut record.refused, at);
-            Some(&record.served)
-        } else if t.served {
-            keep(&mut record.served, at);
-            Some(&record.refused)
-        } else {
-            None
+        // Which list it joins (0: refusals, 1: successes); the other holds its pair.
+        let side = match (t.refused, t.served) {
+            (true, _) => Some(0),
+            (_, true) => Some(1),
+            _ => None,
         };
-        if let Some(pair) = other.and_then(|times| within(times, at, window)) {
-            let when = pair.max(at);
-            record.contradicted_at = record.contradicted_at.max(now);
-            found[0] = counted(record, Contradiction::RefusalContradicted, when, window);
+        if let Some(side) = side {
+            let (mine, other) = if side == 0 {
+                (&mut record.refused, &record.served)
+            } else {
+                (&mut record.served, &record.refused)
+            };
+            keep(mine, at);
+            let pair = within(other, at, window);
+            let other_trace = record.traces[1 - side];
+            record.traces[side] = trace;
+            if let Some(pair) = pair {
+                record.contradicted_at = record.contradicted_at.max(now);
+                found[0] = counted(
+                    record,
+                    Contradiction::RefusalContradicted,
+                    pair.max(at),
+                    window,
+                )
+                .map(|(kind, when, _)| (kind, when, Some(other_trace)));
+            }
         }
         if let Some(kind) = t.drift {
             found[1] = counted(record, kind, at, window);
@@ -208,7 +224,7 @@ fn counted(record: &mut Record, kind: Contradiction, at: Nanos, window: Nanos) -
         Some((first, last)) => (first.min(at), last.max(at)),
         None => (at, at),
     });
-    new.then_some((kind, at))
+    new.then_some((kind, at, None))
 }
 
 #[cfg(test)]
@@ -233,11 +249,12 @@ mod tests {
         }
     }
 
-    fn kinds(w: &mut Witness, notes: &[(Testimony, Nanos)]) -> Vec<Found> {
+    fn kinds(w: &mut Witness, notes: &[(Testimony, Nanos)]) -> Vec<(Contradiction, Nanos)> {
         notes
             .iter()
-            .flat_map(|(t, at)| w.note(1, t, (*at, *at)).0)
+            .flat_map(|(t, at)| w.note(1, t, (*at, *at, [0; 16])).0)
             .flatten()
+            .map(|(kind, when, _)| (kind, when))
             .collect()
     }
 
@@ -292,6 +309,21 @@ mod tests {
         assert!(!w.contradicted(1, 7, 403 + 2 * W));
         assert!(!w.contradicted(2, 7, 500), "another interface");
         assert!(!w.contradicted(1, 8, 500), "another operation");
+        // By the clock, not the spans' times: an old contradiction arriving now is news.
+        let mut old = Witness::new(10, W);
+        old.note(1, &refused(7), (100, 50_000, [1; 16]));
+        let (found, _) = old.note(1, &served(7), (200, 50_001, [2; 16]));
+        assert_eq!(
+            found[0],
+            Some((Contradiction::RefusalContradicted, 200, Some([1; 16]))),
+            "the other call's trace"
+        );
+        assert!(old.contradicted(1, 7, 50_001 + W));
+        assert!(!old.contradicted(1, 7, 50_002 + W));
+        old.expire(50_001 + W);
+        assert_eq!(old.len(), 1, "kept a window after it arrived");
+        old.expire(50_002 + W);
+        assert_eq!(old.len(), 0);
         // Arriving late, within what was seen: not again; a window before it: again.
         assert_eq!(kinds(&mut w, &[(served(7), 150)]), []);
     }
@@ -318,13 +350,19 @@ mod tests {
     #[test]
     fn memory_is_bounded_and_forgotten_after_a_quiet_window() {
         let mut w = Witness::new(2, W);
-        assert!(!w.note(1, &served(1), (100, 100)).1);
-        assert!(!w.note(1, &served(2), (100, 100)).1);
-        assert!(w.note(1, &served(3), (100, 100)).1, "past the bound");
-        assert!(!w.note(1, &served(1), (200, 200)).1, "a known one still");
+        assert!(!w.note(1, &served(1), (100, 100, [0; 16])).1);
+        assert!(!w.note(1, &served(2), (100, 100, [0; 16])).1);
+        assert!(
+            w.note(1, &served(3), (100, 100, [0; 16])).1,
+            "past the bound"
+        );
+        assert!(
+            !w.note(1, &served(1), (200, 200, [0; 16])).1,
+            "a known one still"
+        );
         assert_eq!(w.len(), 2);
         assert_eq!(
-            w.note(1, &Testimony::default(), (100, 100)),
+            w.note(1, &Testimony::default(), (100, 100, [0; 16])),
             ([None, None], false)
         );
         w.expire(100 + W);

@@ -302,6 +302,8 @@ pub enum Event {
         trace_id: [u8; 16],
         /// The attempt's span id.
         span_id: [u8; 8],
+        /// For a refusal contradicted, the trace of the other call of the pair.
+        other_trace: Option<[u8; 16]>,
     },
     /// Keys were evicted.
     Evicted {
@@ -452,12 +454,13 @@ impl Tracker {
         let (found, _) = self.witnesses[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .note(interface, t, (obs.start, now));
+            .note(interface, t, (obs.start, now, obs.trace_id));
         let mut name: Option<Arc<str>> = None;
-        for (kind, _) in found.into_iter().flatten() {
+        for (kind, _, other_trace) in found.into_iter().flatten() {
             out.push(Event::Contradicted {
                 labels: obs.labels,
                 kind,
+                other_trace,
                 operation: name
                     .get_or_insert_with(|| Arc::from(operation.to_string()))
                     .clone(),
