@@ -7,6 +7,9 @@
 //! OPS is the operations per (client, interface) group, 100 by default; the load
 //! generator's fleet has about 5 (45 keys of a client over 10 interfaces).
 //!
+//! WITNESS=1: every key also a distinct operation its interface served (DESIGN §13), so that
+//! the witness remembers as many operations as there are keys — its worst case.
+//!
 //! Prints bytes per key, then what the periodic sweep (once a second when serving) costs
 //! over them when nothing is due: the share of a core it takes. Linux only (reads
 //! /proc/self/statm).
@@ -37,6 +40,7 @@ fn main() {
     // Pass `long` to name every operation with the longest name a key keeps (64 bytes).
     let long = args.next().is_some_and(|a| a == "long");
     let ops: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100);
+    let witness = std::env::var_os("WITNESS").is_some();
     // Room beyond the keys: `max_keys` is split evenly over the shards, and clients do not
     // hash evenly to them.
     let config = TrackerConfig {
@@ -69,7 +73,11 @@ fn main() {
                 retry_after: None,
                 anonymous: false,
                 asked: Default::default(),
-                testimony: Default::default(),
+                testimony: refusal_gate::tracker::honesty::Testimony {
+                    about: if witness { k + 1 } else { 0 },
+                    served: witness,
+                    ..Default::default()
+                },
                 trace_id: [1; 16],
                 span_id: (k * per_key + a).to_be_bytes(),
             };
