@@ -6,7 +6,8 @@
 //! Core: pure. The tracker owns a [`Witness`] and feeds it each new attempt's [`Testimony`];
 //! it returns the contradictions to count. Each is counted once when first seen, and again
 //! only after a whole window without it, whatever the order the spans arrive in. Memory is
-//! bounded: at most `cap` operations are remembered (some 120 bytes each); past it, new ones
+//! bounded: at most `cap` operations are remembered (some 420 bytes each with the table's
+//! room, `examples/key_memory` with `WITNESS=1`); past it, new ones
 //! go unremembered until the quiet ones are forgotten, a window after their last attempt
 //! arrived.
 
