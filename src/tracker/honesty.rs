@@ -362,10 +362,24 @@ mod tests {
             "a known one still"
         );
         assert_eq!(w.len(), 2);
-        assert_eq!(
-            w.note(1, &Testimony::default(), (100, 100, [0; 16])),
-            ([None, None], false)
-        );
+        assert!(!w.is_empty());
+        // An attempt that says nothing, or names no operation, is not remembered.
+        let mut quiet = Witness::new(10, W);
+        let silent = Testimony {
+            about: 9,
+            ..Testimony::default()
+        };
+        let nameless = Testimony {
+            about: 0,
+            ..served(0)
+        };
+        for t in [Testimony::default(), silent, nameless] {
+            assert_eq!(
+                quiet.note(1, &t, (100, 100, [0; 16])),
+                ([None, None], false)
+            );
+        }
+        assert!(quiet.is_empty(), "nothing remembered");
         w.expire(100 + W);
         assert_eq!(w.len(), 2, "within a window of its last");
         w.expire(200 + W + 1);
