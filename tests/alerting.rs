@@ -114,35 +114,25 @@ async fn play(server: &Server) {
 /// The alert `alertname` of e2e-agent on weather-mcp as Alertmanager holds it twice: pushed by
 /// refusal-gate (no `source` label) and fired by Prometheus's rule (`source: prometheus`).
 async fn pushed_and_fired(am: &str, alertname: &str) -> (serde_json::Value, serde_json::Value) {
-    let filter = format!("filter=alertname%3D%22{alertname}%22");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let alerts = get_json(&format!("{am}/api/v2/alerts?{filter}"))
-            .await
-            .unwrap_or_default();
-        let alerts = alerts.as_array().cloned().unwrap_or_default();
-        let ours = |a: &&serde_json::Value| {
-            a["labels"]["client"] == "e2e-agent" && a["labels"]["interface"] == "weather-mcp"
-        };
-        let pushed = alerts
-            .iter()
-            .filter(ours)
-            .find(|a| a["labels"]["source"].is_null());
-        let fired = alerts
-            .iter()
-            .filter(ours)
-            .find(|a| a["labels"]["source"] == "prometheus");
-        if let (Some(p), Some(f)) = (pushed, fired) {
-            return (p.clone(), f.clone());
-        }
-        assert!(Instant::now() < deadline, "Alertmanager has {alerts:#?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    held_twice(am, alertname, |a| {
+        a["labels"]["client"] == "e2e-agent" && a["labels"]["interface"] == "weather-mcp"
+    })
+    .await
 }
 
 /// The interface alert `alertname` of weather-mcp as Alertmanager holds it twice: pushed and
 /// fired by the rule. An interface's alert names no client.
 async fn interface_alert(am: &str, alertname: &str) -> (serde_json::Value, serde_json::Value) {
+    held_twice(am, alertname, |a| a["labels"]["interface"] == "weather-mcp").await
+}
+
+/// The alert `alertname` that `ours` picks, pushed by refusal-gate and fired by the rule, once
+/// Alertmanager holds both (within a minute).
+async fn held_twice(
+    am: &str,
+    alertname: &str,
+    ours: impl Fn(&serde_json::Value) -> bool,
+) -> (serde_json::Value, serde_json::Value) {
     let filter = format!("filter=alertname%3D%22{alertname}%22");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -150,14 +140,13 @@ async fn interface_alert(am: &str, alertname: &str) -> (serde_json::Value, serde
             .await
             .unwrap_or_default();
         let alerts = alerts.as_array().cloned().unwrap_or_default();
-        let ours = |a: &&serde_json::Value| a["labels"]["interface"] == "weather-mcp";
         let pushed = alerts
             .iter()
-            .filter(ours)
+            .filter(|a| ours(a))
             .find(|a| a["labels"]["source"].is_null());
         let fired = alerts
             .iter()
-            .filter(ours)
+            .filter(|a| ours(a))
             .find(|a| a["labels"]["source"] == "prometheus");
         if let (Some(p), Some(f)) = (pushed, fired) {
             return (p.clone(), f.clone());
