@@ -390,8 +390,8 @@ impl ActiveAlerts {
     }
 }
 
-/// Lower-case hex of some bytes.
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of some bytes, as OTLP/JSON and trace UIs write ids.
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {

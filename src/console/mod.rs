@@ -61,9 +61,7 @@ fn row(p: &crate::metrics::PairFigures, trace_url: Option<&str>) -> Value {
             .or_insert_with(|| 0.into());
         *c = (c.as_u64().unwrap_or(0) + n).into();
     }
-    let trace = p
-        .last_violation_trace
-        .map(|t| t.iter().map(|b| format!("{b:02x}")).collect::<String>());
+    let trace = p.last_violation_trace.map(|t| crate::alert::hex(&t));
     let mut violations = Map::new();
     let mut avoidable = 0;
     for (v, violation) in Violation::ALL.iter().enumerate() {
@@ -240,7 +238,7 @@ fn interfaces(pipeline: &Pipeline, trace_url: Option<&str>) -> Value {
     let seen = pipeline.metrics().contradictions();
     let max = pipeline.metrics().max_label_bytes();
     let link = |trace: &[u8; 16]| {
-        let hex: String = trace.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::alert::hex(trace);
         // An all-zero trace id is none: no link.
         (trace != &[0; 16]).then(|| (trace_url.map(|t| t.replace("{trace_id}", &hex)), hex))
     };
@@ -377,7 +375,7 @@ fn recent(a: &Recent) -> Value {
         "read_before": a.read,
         "discovery": a.asked,
         "settled": a.settled,
-        "trace_id": a.trace_id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        "trace_id": crate::alert::hex(&a.trace_id),
     })
 }
 
