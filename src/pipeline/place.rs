@@ -199,7 +199,13 @@ impl Pipeline {
                 arguments: attempt.request.arguments,
                 version_refused: classify::refuses_version(attempt.family, &attempt.signal),
                 sessionless: stream && mcp && session == 0,
-                in_session: succeeded && attempt.family == extract::Family::Mcp,
+                // A successful MCP request shows a session; so does a successful POST to a
+                // declared endpoint of an MCP interface, all that a client traced only at
+                // HTTP shows of its `initialize` (the TypeScript SDK over undici's
+                // instrumentation).
+                in_session: succeeded
+                    && (attempt.family == extract::Family::Mcp
+                        || (mcp && declared == Declared::Yes && has_method(attempt, &["POST"]))),
             },
         }
     }
@@ -318,10 +324,15 @@ fn plain<'r>(verb: &str, path: &str, room: &'r mut [u8; 512]) -> Option<(&'r str
 /// An HTTP GET or DELETE: on an MCP endpoint, the optional server stream or a session's end,
 /// parts of the transport and not a call (DESIGN §12.4).
 fn is_stream(attempt: &Attempt<'_>) -> bool {
+    has_method(attempt, &["GET", "DELETE"])
+}
+
+/// Whether `attempt` is a plain HTTP request with one of `methods`.
+fn has_method(attempt: &Attempt<'_>, methods: &[&str]) -> bool {
     attempt.family == extract::Family::Http
         && attempt
             .http_method
-            .is_some_and(|m| m.eq_ignore_ascii_case("GET") || m.eq_ignore_ascii_case("DELETE"))
+            .is_some_and(|m| methods.iter().any(|k| m.eq_ignore_ascii_case(k)))
 }
 
 /// What the tracker takes of a placed attempt.

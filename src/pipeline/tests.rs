@@ -786,3 +786,32 @@ tracker: { max_held_spans: 3 }
         assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 1);
     }
 }
+
+#[test]
+fn a_post_to_an_mcp_endpoint_shows_a_session_as_an_mcp_request_does() {
+    use crate::otlp::fixtures::{i, s, span};
+    let pipeline = weather_observed_by("weather-server");
+    let interfaces = pipeline.catalog().current();
+    let in_session = |attrs: Vec<KeyValue>| {
+        let sp = span("x", attrs);
+        let a = extract::extract(extract::client_of(&[]), &&sp, 64).expect("attempt");
+        pipeline.place(&interfaces, &a, 0).asked.in_session
+    };
+    let http = |method: &str, path: &str, status: i64| {
+        vec![
+            s("http.request.method", method),
+            s("url.full", &format!("http://mcp.test:8080{path}")),
+            i("http.response.status_code", status),
+        ]
+    };
+    // A client traced only at HTTP (DESIGN §12.4): its `initialize` is a POST.
+    assert!(in_session(http("POST", "/mcp", 200)));
+    assert!(in_session(vec![s("mcp.method.name", "initialize")]));
+    assert!(!in_session(http("POST", "/mcp", 503)), "a failed request");
+    assert!(!in_session(http("POST", "/other", 200)), "not the endpoint");
+    assert!(
+        !in_session(http("GET", "/mcp", 200)),
+        "the stream is no request"
+    );
+    assert!(!in_session(http("DELETE", "/mcp", 200)));
+}
