@@ -10,14 +10,22 @@
 //! under `unknown_client`, the prober's undeclared paths refused on keys of their own, the
 //! assistant's two retries after an ambiguous answer, the planner stopped at -32601.
 //!
+//! And DESIGN §12's flows, each a compliant SDK doing what the MCP specification asks of it
+//! against a real server using the transport's freedoms: the MCP Python SDK, FastMCP and the
+//! MCP TypeScript SDK (traced by OpenTelemetry's undici instrumentation) — no violation for
+//! what the specification tells them to do, two retries after a refusal for the tool that is
+//! not there.
+//!
 //! The Python side lives in `tests/agents/` and runs in the agents' virtual environment, which
-//! the README's test command makes (`REFUSAL_GATE_AGENT_PYTHON`); plain `cargo test` skips.
+//! the README's test command makes (`REFUSAL_GATE_AGENT_PYTHON`); the TypeScript side in
+//! `tests/agents/ts/`, its packages installed by the same command
+//! (`REFUSAL_GATE_AGENT_NODE_MODULES`); plain `cargo test` skips.
 
 mod common;
 
 use common::{
-    admin_metrics as metrics, agent_python, binary_config, free_port, fresh_dir, spawn_binary,
-    value,
+    admin_metrics as metrics, agent_node_modules, agent_python, binary_config, free_port,
+    fresh_dir, spawn_binary, value,
 };
 use std::time::{Duration, Instant};
 
@@ -25,17 +33,20 @@ fn script(name: &str) -> String {
     format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Starts an MCP server script on `port`, exporting its spans as `service` to `otlp`.
+/// Starts an MCP server script (`command`: its name, then its options) on `port`, exporting
+/// its spans as `service` to `otlp`.
 async fn mcp_server(
     python: &str,
-    name: &str,
+    command: &[&str],
     port: u16,
     service: &str,
     otlp: u16,
 ) -> tokio::process::Child {
+    let name = command[0];
     let mut server = tokio::process::Command::new(python)
         .arg(script(name))
         .arg(port.to_string())
+        .args(&command[1..])
         .env("OTEL_SERVICE_NAME", service)
         .env(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -109,6 +120,19 @@ async fn gateway(
     caddy
 }
 
+/// The configuration of an MCP interface `name` served on `port` at `/mcp` (streamable HTTP:
+/// `POST`, `GET` and `DELETE`), observed through the spans of `services`.
+fn mcp_interface(name: &str, port: u16, services: &str) -> String {
+    format!(
+        "  - name: {name}
+    protocol: mcp
+    url: http://127.0.0.1:{port}/mcp
+    endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
+    server: {{ service_names: [{services}] }}
+"
+    )
+}
+
 /// Runs one story of one stack against `base`; returns the HTTP requests its spans record
 /// (the transport requests, and the SDK's requests that carry no protocol span).
 async fn story(
@@ -180,16 +204,7 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
     let dir = fresh_dir("stacks", "federation");
     let (fast, sdk, behind, front) = (free_port(), free_port(), free_port(), free_port());
     // The gateway's interface is observed through both its own spans and the server's behind it.
-    let interface = |name: &str, port: u16, services: &str| {
-        format!(
-            "  - name: {name}
-    protocol: mcp
-    url: http://127.0.0.1:{port}/mcp
-    endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
-    server: {{ service_names: [{services}] }}
-"
-        )
-    };
+    let interface = mcp_interface;
     let (config, ports) = binary_config(
         &dir,
         "stacks",
@@ -201,10 +216,12 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
         ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let server = |name, port, service| mcp_server(&python, name, port, service, ports.http);
-    let _fastmcp = server("fastmcp_server.py", fast, "weather-fastmcp").await;
-    let _sdk = server("mcp_server.py", sdk, "weather-sdk").await;
-    let _behind = server("mcp_server.py", behind, "weather-behind").await;
+    let server = |command: &'static [&'static str], port, service| {
+        mcp_server(&python, command, port, service, ports.http)
+    };
+    let _fastmcp = server(&["fastmcp_server.py"], fast, "weather-fastmcp").await;
+    let _sdk = server(&["mcp_server.py"], sdk, "weather-sdk").await;
+    let _behind = server(&["mcp_server.py"], behind, "weather-behind").await;
     let _caddy = gateway(&python, &dir, front, behind, ports.http).await;
 
     let stories = ["planner", "prober", "assistant", "careful"];
@@ -321,5 +338,212 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
         0.0,
         "{m}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs one flow of `tests/agents/flow_client.py` on `stack` against `base`, as `client`, its
+/// HTTP spans carrying the session and version request headers.
+async fn flow(python: &str, stack: &str, name: &str, base: &str, client: &str, otlp: u16) {
+    let out = tokio::process::Command::new(python)
+        .arg(script("flow_client.py"))
+        .args([stack, name, base, client])
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env(
+            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST",
+            "mcp-session-id,mcp-protocol-version",
+        )
+        .output()
+        .await
+        .expect("the client runs");
+    assert!(
+        out.status.success(),
+        "{stack} {name}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs one flow of `tests/agents/ts/flow_client.mjs` (the MCP TypeScript SDK) against `base`:
+/// the script is copied into `dir` beside a link to the installed `modules`, where Node.js
+/// resolves its imports.
+async fn ts_flow(
+    modules: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    base: &str,
+    otlp: u16,
+) {
+    let here = dir.join("ts");
+    if !here.exists() {
+        std::fs::create_dir_all(&here).expect("a directory for the TypeScript client");
+        std::os::unix::fs::symlink(modules, here.join("node_modules")).expect("a link");
+        std::fs::copy(script("ts/flow_client.mjs"), here.join("flow_client.mjs"))
+            .expect("the client is copied");
+    }
+    let out = tokio::process::Command::new("node")
+        .arg(here.join("flow_client.mjs"))
+        .args([name, base])
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .output()
+        .await
+        .expect("node runs");
+    assert!(
+        out.status.success(),
+        "ts {name}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// DESIGN §12 on real SDKs doing what the MCP specification tells them to, each against a real
+/// server that uses the freedoms the transport gives it: the MCP Python SDK's stateful server
+/// refusing the `GET` stream and the `DELETE` with 405 and forgetting idle sessions, and a
+/// stateless FastMCP server. Compliant flows get no violation; the client that calls a tool
+/// the server does not have, three times after listing the tools, gets two retries after a
+/// refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compliant_sdks_doing_what_the_mcp_specification_asks_are_no_violators() {
+    let Some(python) = agent_python() else {
+        return;
+    };
+    let Some(modules) = agent_node_modules() else {
+        return;
+    };
+    let dir = fresh_dir("stacks", "flows");
+    let (stateful, fast) = (free_port(), free_port());
+    let (config, ports) = binary_config(
+        &dir,
+        "flows",
+        &format!(
+            "interfaces:\n{}{}",
+            mcp_interface("weather-stateful", stateful, "weather-stateful"),
+            mcp_interface("weather-fastmcp", fast, "weather-fastmcp"),
+        ),
+    );
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let stateful_server = ["flow_server.py", "--refuse-stream", "--idle", "1"];
+    let _stateful = mcp_server(
+        &python,
+        &stateful_server,
+        stateful,
+        "weather-stateful",
+        ports.http,
+    )
+    .await;
+    let _fast = mcp_server(
+        &python,
+        &["fastmcp_server.py"],
+        fast,
+        "weather-fastmcp",
+        ports.http,
+    )
+    .await;
+    let (on_stateful, on_fast) = (
+        format!("http://127.0.0.1:{stateful}"),
+        format!("http://127.0.0.1:{fast}"),
+    );
+    let py = |stack, name, base, client| flow(&python, stack, name, base, client, ports.http);
+    py("mcp", "stream", &on_stateful, "mcp-stream").await;
+    py("mcp", "expired", &on_stateful, "mcp-expired").await;
+    py("mcp", "version", &on_stateful, "mcp-version").await;
+    py("mcp", "unknown", &on_fast, "mcp-unknown").await;
+    py("fastmcp", "unknown", &on_fast, "fastmcp-unknown").await;
+    py("mcp", "unknown", &on_stateful, "mcp-unknown-wordless").await;
+    ts_flow(&modules, &dir, "stream", &on_fast, ports.http).await;
+    ts_flow(&modules, &dir, "delete", &on_stateful, ports.http).await;
+
+    // (client, interface, kind, attempts of that kind) the flows must have counted.
+    let (s, f) = ("weather-stateful", "weather-fastmcp");
+    let kinds = [
+        // Three sessions, each refused its GET stream and its DELETE (the clients had read).
+        ("mcp-stream", s, "protocol_not_supported", 6.0),
+        // The gone session, then a new one.
+        ("mcp-expired", s, "session_expired", 1.0),
+        // The version the server does not know, at its first `server/discover`: before any
+        // read, so unverified.
+        ("mcp-version", s, "unverified_refusal", 1.0),
+        // The tool that is not there, after `tools/list`: FastMCP's server says so.
+        ("mcp-unknown", f, "interface_not_declared", 3.0),
+        ("fastmcp-unknown", f, "interface_not_declared", 3.0),
+        // The MCP Python SDK's server records it as a bare `tool_error`: a failed tool.
+        ("mcp-unknown-wordless", s, "ambiguous", 3.0),
+        // The TypeScript SDK is traced at HTTP only: its `initialize` is a POST, no read.
+        ("ts-stream", f, "unverified_refusal", 3.0),
+        ("ts-delete", s, "unverified_refusal", 6.0),
+    ];
+    // The servers export every 100 ms: once their last spans are in, every call is whole. (A
+    // read of /metrics settles what is pending, so none is made before.)
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = metrics(ports.admin).await;
+        let counted = |(client, interface, kind, _): &(&str, &str, &str, f64)| {
+            let labels = [
+                ("client", *client),
+                ("interface", *interface),
+                ("kind", *kind),
+            ];
+            value(&m, "refusal_gate_attempts_total", &labels)
+        };
+        if kinds.iter().all(|k| counted(k) >= k.3) {
+            for k in &kinds {
+                assert_eq!(counted(k), k.3, "{k:?}\n{m}");
+            }
+            break m;
+        }
+        assert!(Instant::now() < deadline, "{kinds:?}\n{m}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let violations = |client: &str, violation: &str| {
+        let mut labels = vec![("client", client)];
+        if !violation.is_empty() {
+            labels.push(("violation", violation));
+        }
+        value(&m, "refusal_gate_violations_total", &labels)
+    };
+    for client in ["mcp-stream", "mcp-version", "ts-stream", "ts-delete"] {
+        assert_eq!(violations(client, ""), 0.0, "{client}\n{m}");
+    }
+    // The gone session asked for a new one, and the call again in it is no retry. But in a
+    // session that lasts past a second the Python SDK opens the refused GET stream once more
+    // (it takes the 405 for a dropped connection and reconnects, `MAX_RECONNECTION_ATTEMPTS`):
+    // the same GET in the same session, after the server said it offers none, is a retry
+    // after a refusal, the one violation here.
+    assert_eq!(violations("mcp-expired", "retry_after_refusal"), 1.0, "{m}");
+    assert_eq!(violations("mcp-expired", ""), 1.0, "{m}");
+    for client in ["mcp-unknown", "fastmcp-unknown"] {
+        assert_eq!(
+            violations(client, "retry_after_refusal"),
+            2.0,
+            "{client}\n{m}"
+        );
+        assert_eq!(violations(client, ""), 2.0, "{client}\n{m}");
+    }
+    // Where the server's span says no more than `tool_error`, the retries are those after a
+    // failed call (DESIGN §12.3: any other failure stays ambiguous).
+    assert_eq!(
+        violations("mcp-unknown-wordless", "retry_after_ambiguous"),
+        2.0,
+        "{m}"
+    );
+    for client in ["mcp-stream", "mcp-expired", "mcp-version", "mcp-unknown"] {
+        assert_eq!(
+            value(
+                &m,
+                "refusal_gate_attempts_total",
+                &[("client", client), ("interface", "unknown")]
+            ),
+            0.0,
+            "{client}\n{m}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -207,6 +207,22 @@ pub fn agent_python() -> Option<String> {
     python
 }
 
+/// The `node_modules` of the TypeScript agent stack (`tests/agents/ts/package-lock.json`,
+/// installed by the README's test command, which names it in
+/// `REFUSAL_GATE_AGENT_NODE_MODULES`), or `None`: failing under the test command, skipping with
+/// a message otherwise.
+pub fn agent_node_modules() -> Option<std::path::PathBuf> {
+    let modules = std::env::var_os("REFUSAL_GATE_AGENT_NODE_MODULES").map(Into::into);
+    if modules.is_none() {
+        assert!(
+            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
+            "REFUSAL_GATE_AGENT_NODE_MODULES is not set; the README's test command sets it"
+        );
+        eprintln!("skipped: no TypeScript agent stack (the README's test command installs one)");
+    }
+    modules
+}
+
 /// A file of `examples/`.
 pub fn example(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
