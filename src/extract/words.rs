@@ -143,8 +143,9 @@ fn a2a_reason(text: &str) -> Option<Said> {
         .split([':', ' ', '\t', '('])
         .next()
         .unwrap_or("");
-    // The longest reason with its suffix, with a separator between each of its words.
-    if word.len() > 48 {
+    // The shortest reason squeezed (`versionnotsupported`), and the longest with its suffix
+    // and a separator between each of its words: nearly every `error.type` is shorter.
+    if !(SHORTEST_REASON..=48).contains(&word.len()) {
         return None;
     }
     let mut squeezed = [0u8; 48];
@@ -164,6 +165,9 @@ fn a2a_reason(text: &str) -> Option<Said> {
 
 /// Where `versionnotsupported` stands in [`A2A_REASONS`].
 const VERSION: usize = 3;
+
+/// The length of the shortest of [`A2A_REASONS`].
+const SHORTEST_REASON: usize = 19;
 
 #[cfg(test)]
 mod tests {
@@ -190,6 +194,8 @@ mod tests {
         ] {
             assert_eq!(a2a_reason(no), None, "{no}");
         }
+        let shortest = A2A_REASONS.iter().map(|r| r.len()).min();
+        assert_eq!(shortest, Some(SHORTEST_REASON));
         assert_eq!(
             a2a_reason("VERSION_NOT_SUPPORTED: 0.3"),
             Some(Said::VersionNotSupported)
@@ -251,6 +257,90 @@ mod tests {
             None,
             "Unknown tool: x"
         ));
+    }
+
+    /// A failed span saying `status` in its status and `exception` in its first exception
+    /// event (`""`: none).
+    fn failed(status: &str, exception: &str) -> opentelemetry_proto::tonic::trace::v1::Span {
+        use crate::otlp::fixtures::{s, span};
+        use opentelemetry_proto::tonic::trace::v1::{span::Event, Status};
+        let mut sp = span("x", Vec::new());
+        sp.status = Some(Status {
+            message: status.into(),
+            code: 2,
+        });
+        if !exception.is_empty() {
+            sp.events.push(Event {
+                name: "exception".into(),
+                attributes: vec![s("exception.message", exception)],
+                ..Default::default()
+            });
+        }
+        sp
+    }
+
+    #[test]
+    fn a_failed_span_is_read_in_its_error_type_status_and_exceptions_in_turn() {
+        use opentelemetry_proto::tonic::trace::v1::Span;
+        let said = |family, method, code, error_type, sp: Span| {
+            said(family, method, code, error_type, &&sp)
+        };
+        // A resource MCP says it does not have, by its code alone.
+        assert_eq!(
+            said(
+                Family::Mcp,
+                "resources/read",
+                Some(-32002),
+                None,
+                failed("", "")
+            ),
+            Said::UnknownOperation
+        );
+        for (method, code) in [
+            ("tools/call", Some(-32002)),
+            ("resources/read", Some(-32603)),
+        ] {
+            assert_eq!(
+                said(Family::Mcp, method, code, None, failed("", "")),
+                Said::Nothing,
+                "{method} {code:?}"
+            );
+        }
+        assert_eq!(
+            said(
+                Family::Grpc,
+                "resources/read",
+                Some(-32002),
+                None,
+                failed("", "")
+            ),
+            Said::Nothing,
+            "MCP's code on another protocol"
+        );
+        // A2A's reason in `error.type`, read on any protocol but MCP.
+        let reason = Some("UnsupportedOperationError");
+        assert_eq!(
+            said(Family::Http, "POST", None, reason, failed("", "")),
+            Said::NotSupported
+        );
+        assert_eq!(
+            said(Family::Mcp, "tools/call", None, reason, failed("", "")),
+            Said::Nothing
+        );
+        // The status description, then each exception's message.
+        let gone = |status, exception| {
+            said(
+                Family::Mcp,
+                "tools/call",
+                Some(-32600),
+                None,
+                failed(status, exception),
+            )
+        };
+        assert_eq!(gone("Session not found", ""), Said::SessionGone);
+        assert_eq!(gone("Bad Request", "Session not found"), Said::SessionGone);
+        assert_eq!(gone("Bad Request", "no such thing"), Said::Nothing);
+        assert_eq!(gone("", ""), Said::Nothing);
     }
 
     #[test]
