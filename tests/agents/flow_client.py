@@ -9,6 +9,7 @@ span around an HTTP CLIENT span. The spans go over OTLP/HTTP
 (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) as SERVICE, by default `STACK-FLOW`. The session and
 version request headers are on the HTTP spans when the instrumentation is told to capture them
 (OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST=mcp-session-id,mcp-protocol-version).
+With RECORD=FILE they are appended to FILE as OTLP/JSON lines too.
 
 stream:   three sessions one after the other against a server that refuses the optional
           `GET` stream and the `DELETE` at session end with 405; each calls a tool once.
@@ -22,6 +23,7 @@ unknown:  lists the tools, then calls one that is not among them, three times.
 """
 
 import asyncio
+import os
 import sys
 
 from opentelemetry import trace
@@ -29,12 +31,16 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.instrumentation.httpx import HTTPX2ClientInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
 stack, flow, base = sys.argv[1], sys.argv[2], sys.argv[3]
 service = sys.argv[4] if len(sys.argv) > 4 else f"{stack}-{flow}"
 provider = TracerProvider(resource=Resource.create({"service.name": service}))
 provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+if os.environ.get("RECORD"):
+    from otlp_file import JsonLinesExporter
+
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesExporter(os.environ["RECORD"])))
 trace.set_tracer_provider(provider)
 HTTPX2ClientInstrumentor().instrument()
 
