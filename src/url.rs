@@ -3,6 +3,8 @@
 //!
 //! Core: pure string functions. Only the origin is allocated; the path borrows the input.
 
+use arrayvec::ArrayString;
+
 /// The parts of a URL that extraction needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UrlParts<'a> {
@@ -109,12 +111,10 @@ pub fn path_of(target: &str) -> &str {
     }
 }
 
-/// A normalised origin in a fixed buffer: built per span without touching the heap.
-#[derive(Clone, Copy)]
-pub struct Origin {
-    buf: [u8; Origin::MAX],
-    len: u16,
-}
+/// A normalised origin on the stack: built per span without touching the heap, and text
+/// already (it is made of `&str` pieces), so that reading it back checks nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Origin(ArrayString<{ Origin::MAX }>);
 
 impl Origin {
     /// The longest origin kept; a span naming a longer one is taken as naming no server.
@@ -123,26 +123,22 @@ impl Origin {
     /// Builds a normalised origin: scheme and host lower-cased, the scheme's default port
     /// dropped. `None` when it would not fit.
     pub fn new(scheme: &str, host: &str, port: Option<u16>) -> Option<Origin> {
-        let default_port =
-            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("ws") {
-                Some(80)
-            } else if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("wss") {
-                Some(443)
-            } else {
-                None
-            };
-        let port = port.filter(|p| Some(*p) != default_port);
-        let mut o = Origin {
-            buf: [0; Origin::MAX],
-            len: 0,
+        let mut o = ArrayString::new();
+        o.try_push_str(scheme).ok()?;
+        o.make_ascii_lowercase();
+        let default_port = match o.as_str() {
+            "http" | "ws" => Some(80),
+            "https" | "wss" => Some(443),
+            _ => None,
         };
-        o.push(scheme.as_bytes())?;
-        o.push(b"://")?;
-        o.push(host.as_bytes())?;
-        let end = usize::from(o.len);
-        o.buf[..end].make_ascii_lowercase();
+        let port = port.filter(|p| Some(*p) != default_port);
+        o.try_push_str("://").ok()?;
+        let at = o.len();
+        o.try_push_str(host).ok()?;
+        // `at` follows the ASCII `://`: a boundary between characters.
+        o[at..].make_ascii_lowercase();
         if let Some(p) = port {
-            o.push(b":")?;
+            o.try_push(':').ok()?;
             let mut digits = [0u8; 5];
             let mut n = p;
             let mut i = digits.len();
@@ -154,23 +150,16 @@ impl Origin {
                     break;
                 }
             }
-            o.push(&digits[i..])?;
+            for d in &digits[i..] {
+                o.try_push(char::from(*d)).ok()?;
+            }
         }
-        Some(o)
-    }
-
-    fn push(&mut self, bytes: &[u8]) -> Option<()> {
-        let at = usize::from(self.len);
-        let end = at.checked_add(bytes.len()).filter(|e| *e <= Origin::MAX)?;
-        self.buf[at..end].copy_from_slice(bytes);
-        self.len = end as u16;
-        Some(())
+        Some(Origin(o))
     }
 
     /// The origin text.
     pub fn as_str(&self) -> &str {
-        // Built from &str pieces and ASCII digits, lower-cased ASCII only: still UTF-8.
-        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+        self.0.as_str()
     }
 }
 
@@ -179,14 +168,6 @@ impl std::fmt::Debug for Origin {
         f.write_str(self.as_str())
     }
 }
-
-impl PartialEq for Origin {
-    fn eq(&self, other: &Origin) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for Origin {}
 
 /// Builds a normalised origin: scheme and host lower-cased, the scheme's default port dropped.
 pub fn origin(scheme: &str, host: &str, port: Option<u16>) -> String {

@@ -220,11 +220,19 @@ impl<'a> Val<'a> {
         let Val::Encoded(bytes) = self else {
             return self;
         };
-        // The usual layout: one string field.
-        if let Some((0x0a, mut rest)) = bytes.split_first() {
-            if let Some(s) = length_delimited_body(&mut rest).filter(|_| rest.is_empty()) {
-                return Val::Raw(s);
+        // The usual layouts: one string field, or one integer field.
+        match bytes.split_first() {
+            Some((0x0a, mut rest)) => {
+                if let Some(s) = length_delimited_body(&mut rest).filter(|_| rest.is_empty()) {
+                    return Val::Raw(s);
+                }
             }
+            Some((0x18, mut rest)) => {
+                if let Some(i) = varint(&mut rest).ok().filter(|_| rest.is_empty()) {
+                    return Val::Int(i as i64);
+                }
+            }
+            _ => {}
         }
         any_value(bytes)
     }
@@ -743,5 +751,24 @@ mod tests {
             Some(Broken),
             "a name that is not UTF-8"
         );
+    }
+
+    #[test]
+    fn a_value_in_the_usual_layouts_reads_as_in_any_other() {
+        let read = |bytes: &[u8]| match Val::Encoded(bytes).decoded() {
+            Val::Int(i) => format!("int {i}"),
+            Val::Raw(s) => format!("str {}", String::from_utf8_lossy(s)),
+            Val::Bool(b) => format!("bool {b}"),
+            Val::Other => "other".to_string(),
+            _ => "else".to_string(),
+        };
+        assert_eq!(read(&[0x18, 0xac, 0x02]), "int 300");
+        assert_eq!(read(&[0x0a, 0x02, b'o', b'k']), "str ok");
+        // A field after the first: the general walk, the last one read.
+        assert_eq!(read(&[0x18, 0x01, 0x10, 0x01]), "bool true");
+        assert_eq!(read(&[0x0a, 0x01, b'x', 0x18, 0x07]), "int 7");
+        // Broken: nothing.
+        assert_eq!(read(&[0x18, 0xff]), "other");
+        assert_eq!(read(&[0x0a, 0x05, b'x']), "other");
     }
 }
