@@ -259,9 +259,9 @@ mod tests {
         ));
     }
 
-    /// A failed span saying `status` in its status and `exception` in its first exception
-    /// event (`""`: none).
-    fn failed(status: &str, exception: &str) -> opentelemetry_proto::tonic::trace::v1::Span {
+    /// A failed span saying `status` in its status and `exceptions` in its exception events,
+    /// one an event between `|` (`""`: none).
+    fn failed(status: &str, exceptions: &str) -> opentelemetry_proto::tonic::trace::v1::Span {
         use crate::otlp::fixtures::{s, span};
         use opentelemetry_proto::tonic::trace::v1::{span::Event, Status};
         let mut sp = span("x", Vec::new());
@@ -269,7 +269,7 @@ mod tests {
             message: status.into(),
             code: 2,
         });
-        if !exception.is_empty() {
+        for exception in exceptions.split('|').filter(|e| !e.is_empty()) {
             sp.events.push(Event {
                 name: "exception".into(),
                 attributes: vec![s("exception.message", exception)],
@@ -340,6 +340,9 @@ mod tests {
         assert_eq!(gone("Session not found", ""), Said::SessionGone);
         assert_eq!(gone("Bad Request", "Session not found"), Said::SessionGone);
         assert_eq!(gone("Bad Request", "no such thing"), Said::Nothing);
+        // Every exception is read until one says something; the first that does decides.
+        assert_eq!(gone("", "retrying|Session not found"), Said::SessionGone);
+        assert_eq!(gone("", "Session not found|retrying"), Said::SessionGone);
         assert_eq!(gone("", ""), Said::Nothing);
     }
 
