@@ -234,6 +234,12 @@ mod tests {
         assert!(!tool(None, None, "Unknown tool: x"), "no error at all");
         assert!(!tool(None, Some("tool_error"), "division by zero"));
         assert!(!tool(Some(-32602), None, "the tool said: record not found"));
+        assert!(
+            !tool(Some(-32602), None, "the tool said: Tool lookup not found"),
+            "a prefix of words is no name: the message does not start with the noun"
+        );
+        assert!(!tool(Some(-32602), None, "Tool"), "the noun alone");
+        assert!(!tool(Some(-32602), None, "  tool  "));
         let prompt = |text| unknown_operation("prompts/get", Some(-32602), None, text);
         assert!(prompt("unknown prompt 'summary'"));
         assert!(prompt("Prompt summary not found"));
