@@ -144,56 +144,81 @@ async fn story(
     otlp: u16,
 ) -> usize {
     let record = dir.join(format!("{stack}-{name}.jsonl"));
+    let run = ("stack_client.py", &[stack, name, base][..]);
+    requests(&run_client(python, run, &[], &record, otlp).await)
+}
+
+/// Runs the client script `script_name` with `args` (and `env`), its spans exported to
+/// `otlp` and recorded in `record`; returns the recording (OTLP/JSON lines).
+async fn run_client(
+    python: &str,
+    (script_name, args): (&str, &[&str]),
+    env: &[(&str, &str)],
+    record: &std::path::Path,
+    otlp: u16,
+) -> String {
     let out = tokio::process::Command::new(python)
-        .arg(script("stack_client.py"))
-        .args([stack, name, base])
+        .arg(script(script_name))
+        .args(args)
         .env(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             format!("http://127.0.0.1:{otlp}/v1/traces"),
         )
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("RECORD", &record)
+        .env("RECORD", record)
+        .envs(env.iter().copied())
         .output()
         .await
         .expect("the client runs");
     assert!(
         out.status.success(),
-        "{stack} {name}: {}\n{}",
+        "{script_name} {args:?}: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let recorded = std::fs::read_to_string(&record).expect("the client recorded its spans");
-    requests(&recorded)
+    std::fs::read_to_string(record).expect("the client recorded its spans")
+}
+
+/// The CLIENT spans of a recording (OTLP/JSON lines).
+fn client_spans(recorded: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for line in recorded.lines() {
+        let mut request: serde_json::Value = serde_json::from_str(line).expect("an OTLP/JSON line");
+        let resources = request["resourceSpans"]
+            .as_array_mut()
+            .into_iter()
+            .flatten();
+        let scopes = resources.flat_map(|rs| rs["scopeSpans"].as_array_mut().into_iter().flatten());
+        let spans = scopes.flat_map(|ss| ss["spans"].as_array_mut().into_iter().flatten());
+        out.extend(spans.map(std::mem::take).filter(|s| s["kind"] == 3));
+    }
+    out
+}
+
+/// A span's attribute `key` as a string (a captured header's first value).
+fn attribute(span: &serde_json::Value, key: &str) -> Option<String> {
+    let kv = span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?;
+    let v = &kv["value"];
+    let v = v["arrayValue"]["values"][0]["stringValue"]
+        .as_str()
+        .or(v["stringValue"].as_str())?;
+    Some(v.to_string())
+}
+
+/// The HTTP method of an HTTP span, under either convention.
+fn http_method(span: &serde_json::Value) -> Option<String> {
+    attribute(span, "http.method").or_else(|| attribute(span, "http.request.method"))
 }
 
 /// The HTTP CLIENT spans of a recording (OTLP/JSON lines).
 fn requests(recorded: &str) -> usize {
-    let mut n = 0;
-    for line in recorded.lines() {
-        let request: serde_json::Value = serde_json::from_str(line).expect("an OTLP/JSON line");
-        let spans = request["resourceSpans"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|rs| rs["scopeSpans"].as_array().into_iter().flatten())
-            .flat_map(|ss| ss["spans"].as_array().into_iter().flatten());
-        for span in spans {
-            let http = span["attributes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|a| {
-                    matches!(
-                        a["key"].as_str(),
-                        Some("http.method" | "http.request.method")
-                    )
-                });
-            if span["kind"] == 3 && http {
-                n += 1;
-            }
-        }
-    }
-    n
+    client_spans(recorded)
+        .iter()
+        .filter(|span| http_method(span).is_some())
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,30 +375,13 @@ async fn flow(
     (stack, name, base, client): (&str, &str, &str, &str),
     otlp: u16,
 ) -> String {
+    let headers = [(
+        "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST",
+        "mcp-session-id,mcp-protocol-version",
+    )];
     let record = dir.join(format!("{client}.jsonl"));
-    let out = tokio::process::Command::new(python)
-        .arg(script("flow_client.py"))
-        .args([stack, name, base, client])
-        .env("RECORD", &record)
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp}/v1/traces"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env(
-            "OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_CLIENT_REQUEST",
-            "mcp-session-id,mcp-protocol-version",
-        )
-        .output()
-        .await
-        .expect("the client runs");
-    assert!(
-        out.status.success(),
-        "{stack} {name}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read_to_string(&record).expect("the client recorded its spans")
+    let run = ("flow_client.py", &[stack, name, base, client][..]);
+    run_client(python, run, &headers, &record, otlp).await
 }
 
 /// How many of a recording's HTTP `GET` and `DELETE` CLIENT spans repeat one of the same
@@ -381,32 +389,11 @@ async fn flow(
 /// SDK sends again when it reconnects a refused stream.
 fn repeated_in_session(recorded: &str) -> usize {
     let mut seen = std::collections::HashMap::<(String, String), usize>::new();
-    for line in recorded.lines() {
-        let request: serde_json::Value = serde_json::from_str(line).expect("an OTLP/JSON line");
-        let spans = request["resourceSpans"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|rs| rs["scopeSpans"].as_array().into_iter().flatten())
-            .flat_map(|ss| ss["spans"].as_array().into_iter().flatten());
-        for span in spans.filter(|s| s["kind"] == 3) {
-            let attribute = |key: &str| {
-                let kv = span["attributes"]
-                    .as_array()?
-                    .iter()
-                    .find(|a| a["key"] == key)?;
-                let v = &kv["value"];
-                let v = v["arrayValue"]["values"][0]["stringValue"]
-                    .as_str()
-                    .or(v["stringValue"].as_str())?;
-                Some(v.to_string())
-            };
-            let method = attribute("http.method").or_else(|| attribute("http.request.method"));
-            let session = attribute("http.request.header.mcp_session_id");
-            if let (Some(method @ ("GET" | "DELETE")), Some(session)) = (method.as_deref(), session)
-            {
-                *seen.entry((method.to_string(), session)).or_default() += 1;
-            }
+    for span in client_spans(recorded) {
+        let method = http_method(&span);
+        let session = attribute(&span, "http.request.header.mcp_session_id");
+        if let (Some(method @ ("GET" | "DELETE")), Some(session)) = (method.as_deref(), session) {
+            *seen.entry((method.to_string(), session)).or_default() += 1;
         }
     }
     seen.values().map(|n| n - 1).sum()
