@@ -231,6 +231,11 @@ mod tests {
         let o = Origin::new("HTTP", "Api.Test", Some(8080)).expect("fits");
         assert_eq!(o.as_str(), "http://api.test:8080");
         assert_eq!(
+            format!("{o:?}"),
+            "http://api.test:8080",
+            "shown as its text"
+        );
+        assert_eq!(
             Origin::new("https", "h", Some(443)).expect("fits").as_str(),
             "https://h"
         );
