@@ -157,26 +157,34 @@ async fn run_client(
     record: &std::path::Path,
     otlp: u16,
 ) -> String {
-    let out = tokio::process::Command::new(python)
+    let mut command = tokio::process::Command::new(python);
+    command
         .arg(script(script_name))
         .args(args)
+        .env("RECORD", record)
+        .envs(env.iter().copied());
+    exporting_to(otlp, command).await;
+    std::fs::read_to_string(record).expect("the client recorded its spans")
+}
+
+/// Runs `command` to its end, its spans exported to `otlp` every 100 ms; fails the test
+/// with its output when it fails.
+async fn exporting_to(otlp: u16, mut command: tokio::process::Command) {
+    let out = command
         .env(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             format!("http://127.0.0.1:{otlp}/v1/traces"),
         )
         .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .env("RECORD", record)
-        .envs(env.iter().copied())
         .output()
         .await
         .expect("the client runs");
     assert!(
         out.status.success(),
-        "{script_name} {args:?}: {}\n{}",
+        "{command:?}: {}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::read_to_string(record).expect("the client recorded its spans")
 }
 
 /// The CLIENT spans of a recording (OTLP/JSON lines).
@@ -416,23 +424,9 @@ async fn ts_flow(
         std::fs::copy(script("ts/flow_client.mjs"), here.join("flow_client.mjs"))
             .expect("the client is copied");
     }
-    let out = tokio::process::Command::new("node")
-        .arg(here.join("flow_client.mjs"))
-        .args([name, base])
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp}/v1/traces"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .output()
-        .await
-        .expect("node runs");
-    assert!(
-        out.status.success(),
-        "ts {name}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut node = tokio::process::Command::new("node");
+    node.arg(here.join("flow_client.mjs")).args([name, base]);
+    exporting_to(otlp, node).await;
 }
 
 /// DESIGN §12 on real SDKs doing what the MCP specification tells them to, each against a real
@@ -461,7 +455,13 @@ async fn compliant_sdks_doing_what_the_mcp_specification_asks_are_no_violators()
         ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
-    let stateful_server = ["flow_server.py", "--refuse-stream", "--idle", "1"];
+    let stateful_server = [
+        "mcp_server.py",
+        "--stateful",
+        "--refuse-stream",
+        "--idle",
+        "1",
+    ];
     let _stateful = mcp_server(
         &python,
         &stateful_server,

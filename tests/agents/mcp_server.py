@@ -1,15 +1,23 @@
 """An MCP server on the official Python SDK (`mcp`), its OpenTelemetry spans on (the SDK's
 default), behind the ASGI instrumentation, exporting its SERVER spans over OTLP/HTTP.
 
-    python mcp_server.py PORT
+    python mcp_server.py PORT [--stateful [--refuse-stream] [--idle SECONDS]]
 
 OTEL_SERVICE_NAME and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT say who it is and where its spans
 go; with RECORD=FILE they are appended to FILE as OTLP/JSON lines instead, as each ends. It
-serves one tool, `get_weather`, and its server card at /.well-known/mcp.json.
+serves one tool, `get_weather`, and its server card at /.well-known/mcp.json; statelessly,
+unless told:
+
+--stateful       keeps sessions (DESIGN §12's flows use the freedoms that gives a server):
+--refuse-stream  answers the optional `GET` stream and the client's `DELETE` at session end
+                 with 405 (the transport: the server MAY do both);
+--idle SECONDS   forgets a session idle that long (`session_idle_timeout`); a request in it
+                 is then answered 404 `Session not found`, and the client MUST start a new
+                 session.
 """
 
+import argparse
 import os
-import sys
 
 import uvicorn
 from opentelemetry import trace
@@ -18,11 +26,18 @@ from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from mcp.server.mcpserver import MCPServer
 
-port = int(sys.argv[1])
+parser = argparse.ArgumentParser()
+parser.add_argument("port", type=int)
+parser.add_argument("--stateful", action="store_true")
+parser.add_argument("--refuse-stream", action="store_true")
+parser.add_argument("--idle", type=float, default=None)
+args = parser.parse_args()
+port = args.port
+
 provider = TracerProvider(resource=Resource.create())
 if os.environ.get("RECORD"):
     from otlp_file import JsonLinesExporter
@@ -47,8 +62,22 @@ async def card(request):
     return JSONResponse({"name": "weather", "remotes": [{"type": "streamable-http", "url": url}]})
 
 
-app = OpenTelemetryMiddleware(mcp.streamable_http_app(stateless_http=True, json_response=True))
+options = {"stateless_http": not args.stateful, "json_response": True}
+if args.idle is not None:
+    options["session_idle_timeout"] = args.idle
+served = mcp.streamable_http_app(**options)
+
+
+async def app(scope, receive, send):
+    """The SDK's app, but for what --refuse-stream refuses."""
+    refused = scope["type"] == "http" and scope["method"] in ("GET", "DELETE")
+    if args.refuse_stream and refused and scope["path"] == "/mcp":
+        await Response(status_code=405, headers={"Allow": "POST"})(scope, receive, send)
+        return
+    await served(scope, receive, send)
+
+
 try:
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(OpenTelemetryMiddleware(app), host="127.0.0.1", port=port, log_level="warning")
 finally:
     provider.shutdown()
