@@ -226,3 +226,94 @@ fn a_protocol_client_span_under_a_span_that_is_no_attempt_is_wrapped_by_the_one_
     );
     assert_eq!(nodes[2].carrier, Some(key(&[1; 16], &[1; 8])));
 }
+
+/// A request body of `n` spans under one resource and one scope, as the wire carries it.
+fn body_of(n: usize) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
+    use prost::Message;
+    ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans: vec![Span::default(); n],
+                ..ScopeSpans::default()
+            }],
+            ..ResourceSpans::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// A node of span `id` naming `parent`.
+fn node(id: u8, parent: Option<u8>) -> super::joins::Node<'static> {
+    use crate::extract::call::{sample, Member, Side};
+    use crate::extract::{Client, Family};
+    let key = |id: u8| ([id; 16], [id; 8]);
+    super::joins::Node {
+        member: Member {
+            attempt: sample(
+                Family::Mcp,
+                Client {
+                    name: "agent",
+                    instance: None,
+                },
+                "tools/call",
+                "search",
+            ),
+            side: Side::Client,
+            named: false,
+        },
+        key: key(id),
+        parent: parent.map(key),
+        carrier: None,
+        slot: None,
+        at: Default::default(),
+    }
+}
+
+#[test]
+fn a_request_awaits_exactly_the_parents_its_nodes_name() {
+    let body = body_of(3);
+    let mut joins = super::joins::Joins {
+        body: &body,
+        ..Default::default()
+    };
+    assert!(joins.is_empty(), "nothing read, nothing to join");
+    assert!(!joins.awaits(&([2; 16], [2; 8])), "no node yet");
+    joins.node(node(1, Some(2)));
+    assert!(!joins.is_empty());
+    assert!(joins.awaits(&([2; 16], [2; 8])), "its parent");
+    assert!(!joins.awaits(&([3; 16], [3; 8])), "another span");
+    assert!(!joins.awaits(&([1; 16], [1; 8])), "the node itself");
+}
+
+#[test]
+fn the_first_node_makes_room_for_the_requests_spans_and_half_as_many_again() {
+    for (spans, room) in [(200, 300), (10, super::joins::ROOM), (10_000, 4_096)] {
+        let body = body_of(spans);
+        let mut joins = super::joins::Joins {
+            body: &body,
+            ..Default::default()
+        };
+        joins.node(node(1, None));
+        assert_eq!(joins.nodes.capacity(), room, "{spans} spans");
+        assert_eq!(joins.members.capacity(), room, "{spans} spans");
+    }
+}
+
+#[test]
+fn spans_before_the_first_node_are_counted_not_recorded() {
+    let mut joins = super::joins::Joins::default();
+    joins.seen(([1; 16], [1; 8]), None);
+    joins.seen(([2; 16], [2; 8]), None);
+    joins.seen(([3; 16], [3; 8]), None);
+    assert_eq!(joins.unrecorded, 3);
+    assert!(joins.seen.is_empty() && joins.is_empty());
+    joins.recording = true;
+    joins.seen(([4; 16], [4; 8]), None);
+    assert_eq!((joins.unrecorded, joins.seen.len()), (3, 1));
+    assert!(
+        !joins.is_empty(),
+        "a span seen is something to join against"
+    );
+}
