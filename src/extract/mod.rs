@@ -193,19 +193,18 @@ impl Request {
 }
 
 /// The fingerprint of an attribute's value (an array's first element, as a captured header
-/// is one): FNV-1a over its bytes, never 0; 0 for a value that is no string or integer.
+/// is one): FNV-1a over its bytes, never 0; 0 for a value that is no string or integer. A
+/// string's bytes are hashed as they came, unchecked as UTF-8: only their sameness matters.
 fn fingerprint(v: Val<'_>, seed: u64) -> u64 {
-    let v = v.first();
     let int;
-    let bytes: &[u8] = match v {
+    let bytes: &[u8] = match v.first() {
         Val::Int(i) => {
             int = i.to_le_bytes();
             &int
         }
-        _ => match v.as_str() {
-            Some(s) => s.as_bytes(),
-            None => return 0,
-        },
+        Val::Str(s) => s.as_bytes(),
+        Val::Raw(b) => b,
+        _ => return 0,
     };
     fnv(seed, bytes).max(1)
 }

@@ -776,3 +776,30 @@ fn an_internal_span_with_a_protocol_method_is_an_attempt_and_no_other_is() {
         );
     }
 }
+
+#[test]
+fn a_fingerprint_is_of_the_bytes_as_they_came_whatever_they_hold() {
+    let basis = FNV_BASIS;
+    // The same text, checked or not, is the same fingerprint.
+    assert_eq!(
+        fingerprint(Val::Raw(b"{\"q\":1}"), basis),
+        fingerprint(Val::Str("{\"q\":1}"), basis)
+    );
+    assert_ne!(
+        fingerprint(Val::Raw(b"{\"q\":1}"), basis),
+        fingerprint(Val::Raw(b"{\"q\":2}"), basis)
+    );
+    // Bytes that are no UTF-8 still tell two requests apart: only their sameness matters.
+    let broken = fingerprint(Val::Raw(b"\xff\xfe1"), basis);
+    assert_ne!(broken, 0);
+    assert_ne!(broken, fingerprint(Val::Raw(b"\xff\xfe2"), basis));
+    assert_eq!(
+        fingerprint(Val::Int(7), basis),
+        fnv(basis, &7i64.to_le_bytes()).max(1)
+    );
+    assert_eq!(
+        fingerprint(Val::Bool(true), basis),
+        0,
+        "no string or integer"
+    );
+}

@@ -278,11 +278,16 @@ impl Pipeline {
 /// lower-case path with no doubled `/` and no trailing one (but the root).
 fn is_plain(verb: &str, path: &str) -> bool {
     let b = path.as_bytes();
-    let unplain = verb.bytes().any(|c| c.is_ascii_lowercase())
-        || b.iter().any(u8::is_ascii_uppercase)
-        || b.windows(2).any(|w| w == b"//")
-        || (b.len() > 1 && b.ends_with(b"/"));
-    !unplain
+    // One pass over the path: the previous byte tells a doubled `/`.
+    let mut previous = 0u8;
+    let path_plain = b.iter().all(|&c| {
+        let plain = !(c.is_ascii_uppercase() || (c == b'/' && previous == b'/'));
+        previous = c;
+        plain
+    });
+    path_plain
+        && !(b.len() > 1 && previous == b'/')
+        && !verb.bytes().any(|c| c.is_ascii_lowercase())
 }
 
 /// The method upper case and the path lower case with doubled and trailing `/` taken away,

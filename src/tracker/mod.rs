@@ -358,6 +358,17 @@ struct Shard {
     cap: usize,
 }
 
+/// `id % n`, with a mask rather than a division (some 30 cycles, on every span) when `n` is
+/// a power of two, as the number of shards nearly always is.
+fn pick(id: u64, n: usize) -> usize {
+    let n = n as u64;
+    (if n.is_power_of_two() {
+        id & (n - 1)
+    } else {
+        id % n
+    }) as usize
+}
+
 impl Shard {
     /// Reads what observing `obs` will read first (its group, then what [`Group::touch`]
     /// reads of its key), changing nothing; a value of no meaning, or 0.
@@ -450,11 +461,15 @@ impl Tracker {
             return;
         }
         let interface = obs.group.interface;
-        let shard = ((interface ^ t.about) % self.witnesses.len() as u64) as usize;
+        let shard = pick(interface ^ t.about, self.witnesses.len());
         let (found, _) = self.witnesses[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .note(interface, t, (obs.start, now, obs.trace_id));
+        if found == [None, None] {
+            // Nearly always: nothing to count.
+            return;
+        }
         let mut name: Option<Arc<str>> = None;
         for (kind, _, other_trace) in found.into_iter().flatten() {
             out.push(Event::Contradicted {
@@ -473,7 +488,7 @@ impl Tracker {
     /// Whether `interface` refused operation `about` (an id as [`honesty::Testimony::about`])
     /// and served it within `honesty_window` of `now` (DESIGN §13).
     pub fn contradicted(&self, interface: u64, about: u64, now: Nanos) -> bool {
-        let shard = ((interface ^ about) % self.witnesses.len() as u64) as usize;
+        let shard = pick(interface ^ about, self.witnesses.len());
         self.witnesses[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -501,7 +516,7 @@ impl Tracker {
     }
 
     fn shard_index(&self, group: &GroupId) -> usize {
-        (group.client % self.shards.len() as u64) as usize
+        pick(group.client, self.shards.len())
     }
 
     fn shard(&self, group: &GroupId) -> MutexGuard<'_, Shard> {

@@ -1859,3 +1859,12 @@ fn two_attempts_at_the_same_instant_are_judged_in_one_order_whatever_their_arriv
     assert_eq!(violations(&[discovery(), refused(1), refused(2)]), want);
     assert_eq!(violations(&[discovery(), refused(2), refused(1)]), want);
 }
+
+#[test]
+fn a_shard_is_the_remainder_of_the_id_whatever_the_number_of_shards() {
+    for n in [1usize, 2, 3, 16, 24] {
+        for id in [0u64, 1, 7, 16, 17, 0x9e37_79b9_7f4a_7c15, u64::MAX] {
+            assert_eq!(pick(id, n), (id % n as u64) as usize, "{id} among {n}");
+        }
+    }
+}
