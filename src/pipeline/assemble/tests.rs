@@ -317,3 +317,102 @@ fn spans_before_the_first_node_are_counted_not_recorded() {
         "a span seen is something to join against"
     );
 }
+
+/// A span of `family` on `side` from `start` to `end`, operation `verb target`, as a member
+/// and its node (span `id`, naming `parent`).
+fn spanned(
+    (family, side): (crate::extract::Family, crate::extract::call::Side),
+    (verb, target): (&'static str, &'static str),
+    (start, end): (Nanos, Nanos),
+    (id, parent): (u8, Option<u8>),
+) -> (crate::extract::call::Member<'static>, super::NodeMeta) {
+    let mut n = node(id, parent);
+    n.member.attempt = crate::extract::Attempt {
+        start,
+        end,
+        ..crate::extract::call::sample(family, n.member.attempt.client, verb, target)
+    };
+    n.member.side = side;
+    let meta = super::NodeMeta {
+        key: n.key,
+        parent: n.parent,
+        carrier: None,
+        slot: None,
+        at: n.at,
+    };
+    (n.member, meta)
+}
+
+#[test]
+fn an_http_span_is_no_orphan_to_carry_and_does_not_crowd_the_protocol_span_out() {
+    use crate::extract::call::Side;
+    use crate::extract::Family;
+    let server = Side::Server(0);
+    // An HTTP server span, a protocol server span inside it that names no parent, and
+    // another HTTP server span inside it too (a request of its own, not a protocol span).
+    let (members, mut nodes): (Vec<_>, Vec<_>) = [
+        spanned(
+            (Family::Http, server),
+            ("POST", "/mcp"),
+            (0, 100),
+            (1, None),
+        ),
+        spanned(
+            (Family::Mcp, server),
+            ("tools/call", "search"),
+            (10, 90),
+            (2, None),
+        ),
+        spanned(
+            (Family::Http, server),
+            ("GET", "/health"),
+            (20, 30),
+            (3, None),
+        ),
+    ]
+    .into_iter()
+    .unzip();
+    super::carriers::carriers(&members, &mut nodes);
+    let carriers: Vec<_> = nodes.iter().map(|n| n.carrier).collect();
+    assert_eq!(carriers, [None, Some(([1; 16], [1; 8])), None]);
+}
+
+#[test]
+fn only_a_protocol_client_span_is_wrapped() {
+    use crate::extract::call::Side;
+    use crate::extract::Family;
+    // Two HTTP CLIENT spans of one trace and operation, one inside the other, the inner one
+    // naming a parent the request does not have: HTTP spans are not wrapped (§12.5).
+    let (members, mut nodes): (Vec<_>, Vec<_>) = [
+        spanned(
+            (Family::Http, Side::Client),
+            ("POST", "/mcp"),
+            (0, 100),
+            (1, None),
+        ),
+        spanned(
+            (Family::Http, Side::Client),
+            ("POST", "/mcp"),
+            (10, 90),
+            (2, Some(9)),
+        ),
+        // The same with protocol spans: the inner one is wrapped.
+        spanned(
+            (Family::Mcp, Side::Client),
+            ("tools/call", "x"),
+            (0, 100),
+            (3, None),
+        ),
+        spanned(
+            (Family::Mcp, Side::Client),
+            ("tools/call", "x"),
+            (10, 90),
+            (4, Some(9)),
+        ),
+    ]
+    .into_iter()
+    .unzip();
+    super::carriers::wrappers(&members, &mut nodes);
+    let carriers: Vec<_> = nodes.iter().map(|n| n.carrier).collect();
+    assert_eq!(carriers, [None, None, None, Some(([3; 16], [3; 8]))]);
+}
