@@ -383,7 +383,7 @@ fn only_a_protocol_client_span_is_wrapped() {
     use crate::extract::Family;
     // Two HTTP CLIENT spans of one trace and operation, one inside the other, the inner one
     // naming a parent the request does not have: HTTP spans are not wrapped (§12.5).
-    let (members, mut nodes): (Vec<_>, Vec<_>) = [
+    let (mut members, mut nodes): (Vec<_>, Vec<_>) = [
         spanned(
             (Family::Http, Side::Client),
             ("POST", "/mcp"),
@@ -409,10 +409,29 @@ fn only_a_protocol_client_span_is_wrapped() {
             (10, 90),
             (4, Some(9)),
         ),
+        // One whose parent the request has is joined to it, not wrapped.
+        spanned(
+            (Family::Mcp, Side::Client),
+            ("tools/call", "x"),
+            (20, 80),
+            (5, Some(3)),
+        ),
     ]
     .into_iter()
     .unzip();
+    // And one given its carrier already (an HTTP span's, by time) keeps it.
+    let (member, mut meta) = spanned(
+        (Family::Mcp, Side::Client),
+        ("tools/call", "x"),
+        (30, 70),
+        (6, Some(9)),
+    );
+    meta.carrier = Some(([7; 16], [7; 8]));
+    members.push(member);
+    nodes.push(meta);
     super::carriers::wrappers(&members, &mut nodes);
     let carriers: Vec<_> = nodes.iter().map(|n| n.carrier).collect();
-    assert_eq!(carriers, [None, None, None, Some(([3; 16], [3; 8]))]);
+    let wrapped = Some(([3; 16], [3; 8]));
+    let kept = Some(([7; 16], [7; 8]));
+    assert_eq!(carriers, [None, None, None, wrapped, None, kept]);
 }
