@@ -579,7 +579,10 @@ impl Tracker {
     /// operation. A shard's lock is taken once for a run of attempts in it (a request's
     /// spans share their client, so usually once), and every attempt's key is read once
     /// before any is changed: looking keys up one after another, each waits for its own
-    /// cache misses; looking them all up in a tight loop lets those misses overlap.
+    /// cache misses; looking them all up in a tight loop lets those misses overlap. What
+    /// the attempts say about their interfaces is noted after them all
+    /// (a witness shard locked once for all of its own): the same events, the contradictions
+    /// after the rest.
     pub fn observe_all<T>(
         &self,
         now: Nanos,
