@@ -258,6 +258,16 @@ fn between(v: &[Nanos], after: Nanos, by: Nanos) -> bool {
 /// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.
 fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
     let at = v.partition_point(|x| *x <= value);
+    if v.len() == cap && cap > 0 {
+        // Full, as a group's lists soon are: the smallest leaves as it comes in, the values
+        // below its place moving down one — not the whole list shifted up and back (two
+        // `memmove`s an attempt: 1.3 % of the server's time, perf).
+        if at > 0 {
+            v.copy_within(1..at, 0);
+            v[at - 1] = value;
+        }
+        return;
+    }
     v.insert(at, value);
     if v.len() > cap {
         v.remove(0);
@@ -267,6 +277,25 @@ fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
 #[cfg(test)]
 mod tests {
     use super::insert_bounded;
+
+    #[test]
+    fn a_full_bounded_list_is_as_if_the_value_were_inserted_and_the_smallest_dropped() {
+        for value in 0..12 {
+            for cap in 1..6 {
+                let full: Vec<u64> = (1..=cap as u64).map(|x| x * 2).collect();
+                let mut plain = full.clone();
+                let at = plain.partition_point(|x| *x <= value);
+                plain.insert(at, value);
+                plain.remove(0);
+                let mut v = full.clone();
+                insert_bounded(&mut v, value, cap);
+                assert_eq!(v, plain, "{value} into {full:?}");
+            }
+        }
+        let mut none = Vec::new();
+        insert_bounded(&mut none, 3, 0);
+        assert!(none.is_empty(), "a list of no room keeps nothing");
+    }
 
     #[test]
     fn a_bounded_list_keeps_the_largest_values_up_to_its_cap_sorted() {
