@@ -45,10 +45,13 @@ impl Decoder for RawDecoder {
         Ok(Some(src.copy_to_bytes(src.remaining())))
     }
 
-    /// A request's buffer starts at 64 KiB rather than tonic's 8: a typical export (a few
-    /// hundred spans) then arrives without the buffer being grown and copied.
+    /// A request's buffer starts at just under 128 KiB rather than tonic's 8: tonic reserves
+    /// a message's whole length on top of what the first DATA frame already put in the buffer
+    /// (up to 64 KiB, `serve::MAX_FRAME_BYTES`), so an export of up to some 60 KiB then
+    /// arrives without the buffer being grown and copied. Just under: glibc serves 128 KiB
+    /// and more from `mmap`, a page fault a page.
     fn buffer_settings(&self) -> tonic::codec::BufferSettings {
-        tonic::codec::BufferSettings::new(64 * 1024, 32 * 1024)
+        tonic::codec::BufferSettings::new(128 * 1024 - 64, 32 * 1024)
     }
 }
 
