@@ -30,6 +30,7 @@ use crate::classify::Outcome;
 use crate::config::TrackerConfig;
 use crate::discovery::Declared;
 use crate::extract::Discovery;
+use arrayvec::ArrayVec;
 use foldhash::HashMap;
 use group::Group;
 use std::fmt::Display;
@@ -358,6 +359,10 @@ struct Shard {
     cap: usize,
 }
 
+/// How many testimonies a flush holds before noting them: a request's flush at most
+/// (`pipeline`'s 64 staged attempts).
+const HEARD: usize = 64;
+
 /// `id % n`, with a mask rather than a division (some 30 cycles, on every span) when `n` is
 /// a power of two, as the number of shards nearly always is.
 fn pick(id: u64, n: usize) -> usize {
@@ -591,7 +596,8 @@ impl Tracker {
         out: &mut Vec<Event>,
         mut verdict: impl FnMut(usize, Option<Judgement>),
     ) {
-        let mut heard = Vec::with_capacity(items.len());
+        // On the stack: a flush allocates nothing for its testimonies (tests/allocations.rs).
+        let mut heard = ArrayVec::<u64, HEARD>::new();
         let mut at = 0;
         while at < items.len() {
             let index = self.shard_index(&parts(&items[at]).0.group);
@@ -608,6 +614,11 @@ impl Tracker {
                 let (obs, operation) = parts(t);
                 let judged = self.observe_locked(&mut shard, now, obs, operation, out);
                 if let Some(w) = judged.and(self.witness_shard(obs)) {
+                    if heard.is_full() {
+                        // More attempts than a request's flush: noted so far, in order.
+                        self.witness_all(now, items, &parts, &mut heard, out);
+                        heard.clear();
+                    }
                     // The shard above the index: sorted, they run by shard in arrival order.
                     heard.push((w as u64) << 32 | (at + i) as u64);
                 }

@@ -1868,3 +1868,48 @@ fn a_shard_is_the_remainder_of_the_id_whatever_the_number_of_shards() {
         }
     }
 }
+
+#[test]
+fn more_testimonies_than_a_flush_holds_are_all_noted() {
+    // 100 operations refused to one client and then served to another, all in one batch: more
+    // testimonies than a flush holds at once (`HEARD`), so they are noted in several turns.
+    let testimony = |about: u64, refused: bool| honesty::Testimony {
+        about,
+        refused,
+        served: !refused,
+        drift: None,
+    };
+    let mut items: Vec<Observation> = Vec::new();
+    for k in 0..100u64 {
+        let mut refused = at(k + 1, k).fails(Outcome::NotSupported).0;
+        refused.testimony = testimony(k + 1, true);
+        items.push(refused);
+    }
+    for k in 0..100u64 {
+        let mut served = at(k + 1, 200 + k).0;
+        served.group.client = 2;
+        served.testimony = testimony(k + 1, false);
+        items.push(served);
+    }
+    assert!(items.len() > HEARD);
+    let now = T0 + 400 * MS;
+    let contradictions = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Contradicted { .. }))
+            .count()
+    };
+    let batched = Tracker::new(&config());
+    let mut events = Vec::new();
+    batched.observe_all(now, &items, |o| (o, &"op"), &mut events, |_, _| {});
+    assert_eq!(contradictions(&events), 100, "one an operation");
+    let single = Tracker::new(&config());
+    let mut one_by_one = Vec::new();
+    for o in &items {
+        single.observe(now, o, &"op", &mut one_by_one);
+    }
+    assert_eq!(contradictions(&one_by_one), 100);
+    for about in 1..=100 {
+        assert!(batched.contradicted(1, about, now), "operation {about}");
+    }
+}
