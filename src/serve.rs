@@ -170,8 +170,43 @@ const WARN_EVERY: Duration = Duration::from_secs(60);
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The largest HTTP/2 frame a client may send (`SETTINGS_MAX_FRAME_SIZE`; HTTP/2's default is
-/// 16 KiB, its least).
+/// 16 KiB, its least). An export of a few hundred spans comes in one or two DATA frames rather
+/// than one each 16 KiB: fewer frames read, buffered and copied a request, 3 to 6 % less CPU a
+/// span over OTLP/gRPC (benches/e2e.sh). What a client may send unread stays bounded by the
+/// flow-control windows (hyper's 1 MiB), not by the frame.
 const MAX_FRAME_BYTES: u32 = 64 * 1024;
+
+/// hyper's connection builder for a listener's protocol: HTTP/1.1, or HTTP/2.
+fn builders(
+    protocol: Protocol,
+) -> (
+    Option<http1::Builder>,
+    Option<http2::Builder<TokioExecutor>>,
+) {
+    match protocol {
+        Protocol::Http1 => {
+            let mut builder = http1::Builder::new();
+            // The watchdog times headers, from their first byte rather than from the end
+            // of the previous response as hyper's own timer would.
+            builder.keep_alive(true).header_read_timeout(None);
+            (Some(builder), None)
+        }
+        Protocol::Http2 {
+            max_concurrent_streams,
+            keepalive_time,
+            keepalive_timeout,
+        } => {
+            let mut builder = http2::Builder::new(TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .max_frame_size(MAX_FRAME_BYTES)
+                .max_concurrent_streams(max_concurrent_streams)
+                .keep_alive_interval((!keepalive_time.is_zero()).then_some(keepalive_time))
+                .keep_alive_timeout(keepalive_timeout);
+            (None, Some(builder))
+        }
+    }
+}
 
 /// What every connection of a listener shares.
 struct Shared<S> {
@@ -208,35 +243,7 @@ pub async fn serve<S, B>(
         protocol,
         limits,
     } = listener;
-    let (mut h1, mut h2) = (None, None);
-    match protocol {
-        Protocol::Http1 => {
-            let mut builder = http1::Builder::new();
-            // The watchdog times headers, from their first byte rather than from the end
-            // of the previous response as hyper's own timer would.
-            builder.keep_alive(true).header_read_timeout(None);
-            h1 = Some(builder);
-        }
-        Protocol::Http2 {
-            max_concurrent_streams,
-            keepalive_time,
-            keepalive_timeout,
-        } => {
-            let mut builder = http2::Builder::new(TokioExecutor::new());
-            builder
-                .timer(TokioTimer::new())
-                // An export of a few hundred spans in one or two DATA frames rather than a
-                // frame each 16 KiB (HTTP/2's default): fewer frames read, buffered and
-                // copied a request, 3 to 6 % less CPU a span over OTLP/gRPC (benches/e2e.sh).
-                // What a client may send unread stays bounded by the flow-control windows
-                // (hyper's 1 MiB), not by the frame.
-                .max_frame_size(MAX_FRAME_BYTES)
-                .max_concurrent_streams(max_concurrent_streams)
-                .keep_alive_interval((!keepalive_time.is_zero()).then_some(keepalive_time))
-                .keep_alive_timeout(keepalive_timeout);
-            h2 = Some(builder);
-        }
-    }
+    let (h1, h2) = builders(protocol);
     let shared = Arc::new(Shared {
         name,
         service,
