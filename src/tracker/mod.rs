@@ -519,10 +519,7 @@ impl Tracker {
     /// Whether `interface` refused operation `about` (an id as [`honesty::Testimony::about`])
     /// and served it within `honesty_window` of `now` (DESIGN §13).
     pub fn contradicted(&self, interface: u64, about: u64, now: Nanos) -> bool {
-        let shard = pick(interface ^ about, self.witnesses.len());
-        self.witnesses[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.lock_witness(pick(interface ^ about, self.witnesses.len()))
             .contradicted(interface, about, now)
     }
 
