@@ -383,49 +383,21 @@ fn only_a_protocol_client_span_is_wrapped() {
     use crate::extract::Family;
     // Two HTTP CLIENT spans of one trace and operation, one inside the other, the inner one
     // naming a parent the request does not have: HTTP spans are not wrapped (§12.5).
+    let http = |span, ids| spanned((Family::Http, Side::Client), ("POST", "/mcp"), span, ids);
+    let mcp = |span, ids| spanned((Family::Mcp, Side::Client), ("tools/call", "x"), span, ids);
     let (mut members, mut nodes): (Vec<_>, Vec<_>) = [
-        spanned(
-            (Family::Http, Side::Client),
-            ("POST", "/mcp"),
-            (0, 100),
-            (1, None),
-        ),
-        spanned(
-            (Family::Http, Side::Client),
-            ("POST", "/mcp"),
-            (10, 90),
-            (2, Some(9)),
-        ),
+        http((0, 100), (1, None)),
+        http((10, 90), (2, Some(9))),
         // The same with protocol spans: the inner one is wrapped.
-        spanned(
-            (Family::Mcp, Side::Client),
-            ("tools/call", "x"),
-            (0, 100),
-            (3, None),
-        ),
-        spanned(
-            (Family::Mcp, Side::Client),
-            ("tools/call", "x"),
-            (10, 90),
-            (4, Some(9)),
-        ),
+        mcp((0, 100), (3, None)),
+        mcp((10, 90), (4, Some(9))),
         // One whose parent the request has is joined to it, not wrapped.
-        spanned(
-            (Family::Mcp, Side::Client),
-            ("tools/call", "x"),
-            (20, 80),
-            (5, Some(3)),
-        ),
+        mcp((20, 80), (5, Some(3))),
     ]
     .into_iter()
     .unzip();
     // And one given its carrier already (an HTTP span's, by time) keeps it.
-    let (member, mut meta) = spanned(
-        (Family::Mcp, Side::Client),
-        ("tools/call", "x"),
-        (30, 70),
-        (6, Some(9)),
-    );
+    let (member, mut meta) = mcp((30, 70), (6, Some(9)));
     meta.carrier = Some(([7; 16], [7; 8]));
     members.push(member);
     nodes.push(meta);
