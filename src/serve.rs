@@ -171,8 +171,8 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// The largest HTTP/2 frame a client may send (`SETTINGS_MAX_FRAME_SIZE`; HTTP/2's default is
 /// 16 KiB, its least). An export of a few hundred spans comes in one or two DATA frames rather
-/// than one each 16 KiB: fewer frames read, buffered and copied a request, 3 to 6 % less CPU a
-/// span over OTLP/gRPC (benches/e2e.sh). What a client may send unread stays bounded by the
+/// than one each 16 KiB: fewer frames read, buffered and copied a request, 2.5 to 6 % less CPU
+/// a span over OTLP/gRPC (benches/e2e.sh, two runs). What a client may send unread stays bounded by the
 /// flow-control windows (hyper's 1 MiB), not by the frame.
 const MAX_FRAME_BYTES: u32 = 64 * 1024;
 
