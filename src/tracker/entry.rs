@@ -15,8 +15,11 @@ use crate::extract::Discovery;
 /// outcome, kind, violation and flags share two bytes ([`Bits`]); its number in its row of
 /// failures saturates at 255 (`tracker.max_retries` is at most 64, so every retry budget is
 /// judged exactly). The state file keeps every field apart, as before ([`EntryState`]).
+/// Its fields lie in the order written (`repr(C)`), what it asked last: the bytes just before
+/// where the next attempt in the history begins, which [`super::group::Group::touch`] reads.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(from = "EntryState", into = "EntryState")]
+#[repr(C)]
 pub(super) struct Entry {
     pub(super) start: Nanos,
     pub(super) trace_id: [u8; 16],
@@ -544,6 +547,11 @@ mod tests {
     #[test]
     fn an_entry_is_48_bytes() {
         assert_eq!(std::mem::size_of::<super::Entry>(), 48);
+        assert_eq!(
+            std::mem::offset_of!(super::Entry, question),
+            40,
+            "what it asked lies last, beside the next attempt"
+        );
     }
 
     #[test]
