@@ -775,6 +775,126 @@ tracker: { max_held_spans: 3 }
     }
 
     #[test]
+    fn a_held_call_that_grows_waits_from_its_first_span_not_its_latest() {
+        let p = pipeline();
+        let window = p.tracker().reorder_window();
+        // A call under an agent's span (9) that never comes, held from 1.
+        let call = span(
+            3,
+            9,
+            &[("mcp.method.name", "tools/call"), ("gen_ai.tool.name", "x")],
+        );
+        p.ingest(Transport::Grpc, &body(vec![call]), 0, 1, None);
+        // Its request comes half a window later: one call, still waiting for 9.
+        p.ingest(
+            Transport::Grpc,
+            &body(vec![post(4, 3)]),
+            0,
+            window / 2,
+            None,
+        );
+        assert_eq!(p.calls().held(), 2);
+        // A window after its first span, it is counted; not a window after its latest.
+        p.sweep(window + 2);
+        assert_eq!(p.calls().held(), 0, "the wait began at its first span");
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 1);
+        assert_eq!(
+            count(&p, "refusal_gate_spans_skipped_total", "same_call"),
+            1
+        );
+    }
+
+    #[test]
+    fn a_404_on_an_undeclared_path_is_that_paths_answer_whatever_code_the_call_reports() {
+        use crate::otlp::fixtures::s as kv;
+        let p = pipeline();
+        // A call that reports -32601, each time over a request answered 404: once to the
+        // endpoint the interface declares, once to a path it does not (an SDK's fallback).
+        let call = |id: u8| {
+            let mut c = protocol(id);
+            c.attributes.push(kv("rpc.jsonrpc.error_code", "-32601"));
+            c
+        };
+        let request = |id: u8, parent: u8, url: &str| {
+            let mut r = post(id, parent);
+            r.attributes
+                .retain(|a| a.key != "url.full" && a.key != "http.response.status_code");
+            r.attributes.push(kv("url.full", url));
+            r.attributes.push(kv("http.response.status_code", "404"));
+            r
+        };
+        let spans = vec![
+            request(2, 1, "http://mcp.test:8080/mcp"),
+            call(1),
+            request(4, 3, "http://mcp.test:8080/mcp/sse"),
+            call(3),
+        ];
+        p.ingest(Transport::Grpc, &body(spans), 0, 1, None);
+        // Both refusals, unverified (nothing was read): over the declared endpoint by the
+        // call's -32601, over the other by the path's 404 — neither a 404 on a declared path
+        // (ambiguous).
+        let kind = |k: &str| count(&p, "refusal_gate_attempts_total", &format!("kind=\"{k}\""));
+        assert_eq!(kind("unverified_refusal"), 2);
+        assert_eq!(kind("ambiguous"), 0);
+    }
+
+    #[test]
+    fn a_call_that_named_no_server_is_remembered_past_the_window_for_its_request() {
+        let p = pipeline();
+        let window = p.tracker().reorder_window();
+        // The call alone, naming no server: counted on `unknown`, its request expected.
+        p.ingest(Transport::Grpc, &body(vec![protocol(1)]), 0, 1, None);
+        p.sweep(window + 10);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "unknown"), 1);
+        // Its request, past the window, its call's verdict settled: joined to it (it is
+        // not held for it), it is the attempt counted already, and is skipped as `same_call`
+        // — a call is never counted twice (docs/semantics.md).
+        let (summary, _) = p.ingest(
+            Transport::Grpc,
+            &body(vec![post(2, 1)]),
+            0,
+            window + 20,
+            None,
+        );
+        assert_eq!(summary.attempts, 0);
+        assert_eq!(p.calls().held(), 0, "joined, not held for its call");
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "unknown"), 1);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "weather"), 0);
+        assert_eq!(
+            count(&p, "refusal_gate_spans_skipped_total", "same_call"),
+            1,
+            "the request; the call's span stays its attempt"
+        );
+    }
+
+    #[test]
+    fn the_held_spans_gauge_adds_the_spans_kept_for_a_late_part_to_those_held() {
+        let p = pipeline();
+        // Read as a scrape reads it: a settle would end the wait of what is kept.
+        let gauge = |p: &Pipeline| {
+            let text = p.metrics().render();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("refusal_gate_held_spans "));
+            line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        };
+        // A plain request under an agent's span, counted whole: nothing can come under it.
+        let mut agent = span(7, 0, &[("gen_ai.operation.name", "invoke_agent")]);
+        agent.kind = 1;
+        p.ingest(Transport::Grpc, &body(vec![post(8, 7), agent]), 0, 1, None);
+        assert_eq!(gauge(&p), Some(0), "a request is kept for nothing");
+        // A call counted whole, kept for a late part (its server's side, say): two spans.
+        let spans = vec![post(2, 1), protocol(1)];
+        p.ingest(Transport::Grpc, &body(spans), 0, 1, None);
+        assert_eq!(p.calls().held(), 0);
+        assert_eq!(gauge(&p), Some(2), "kept, not held");
+        // And a request held for its call: one more.
+        p.ingest(Transport::Grpc, &body(vec![post(4, 3)]), 0, 2, None);
+        assert_eq!(p.calls().held(), 1);
+        assert_eq!(gauge(&p), Some(3));
+    }
+
+    #[test]
     fn a_span_naming_a_parent_that_is_no_call_is_counted_as_soon_as_the_parent_is_seen() {
         let p = pipeline();
         // An agent's INTERNAL span, the parent of a plain request, in the next export.

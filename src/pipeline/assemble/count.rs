@@ -205,18 +205,19 @@ impl Pipeline {
         let settled = self.take_back(interfaces, (work, group), taken, counting);
         counted.clear();
         let mut remember = false;
-        let has_server = group
+        let (has_server, may_grow) = shape(work, group);
+        let slot_of = |i: usize| slot(work, &places, i);
+        let settled_span = |i: usize| !settled.is_empty() && settled.contains(&work.keys[i]);
+        // A span counted as an attempt of its own, settled, and now a part of its call (a
+        // protocol span before its request, past the window): it stays counted, and the client
+        // attempts it lends its call to are that attempt again, skipped as `same_call`.
+        let settled_part = group
             .iter()
-            .any(|&i| matches!(work.members[i].side, Side::Server(_)));
-        // A part under a client attempt may come after it (§11.1–2): only HTTP spans have none.
-        let may_grow = group.iter().any(|&i| {
-            let m = &work.members[i];
-            m.side == Side::Client && m.attempt.family != Family::Http
-        });
-        let slot_of = |i: usize| match work.from[i] {
-            From::Node(n) => places.slots.get(n).copied().flatten(),
-            From::Root(n) => places.root_slots.get(n).copied().flatten(),
-            From::Kept { .. } => None,
+            .any(|&i| calls.attempt(i).is_none() && settled_span(i));
+        let untag = |i: usize, counting: &mut Counting<'_>| {
+            if let (Some(slot), Some(tags)) = (slot_of(i), counting.tags.as_deref_mut()) {
+                tags.write(slot, |_| {});
+            }
         };
         for &i in group {
             match calls.attempt(i) {
@@ -225,15 +226,18 @@ impl Pipeline {
                         From::Kept { call, member } => taken[call].members[member].skipped,
                         _ => false,
                     };
-                    if !before {
+                    if !before && !settled_span(i) {
                         self.metrics.span_skipped("same_call");
                     }
-                    if let (Some(slot), Some(tags)) = (slot_of(i), counting.tags.as_deref_mut()) {
-                        tags.write(slot, |_| {});
-                    }
+                    untag(i, counting);
                 }
                 Some(call::Assembled { attempt, interface }) => {
-                    if !settled.is_empty() && settled.contains(&work.keys[i]) {
+                    if settled_span(i) {
+                        continue;
+                    }
+                    if settled_part && work.members[i].side == Side::Client {
+                        self.metrics.span_skipped("same_call");
+                        untag(i, counting);
                         continue;
                     }
                     let mut ids = self.client_ids(attempt.client);
@@ -355,6 +359,29 @@ impl Pipeline {
             .set_held(calls.spans() + spans, calls.bytes() + bytes);
     }
 }
+/// Where the tags of span `i` of the work set go: its slot in the request (none for a span
+/// kept from an earlier one).
+fn slot(work: &Work<'_>, places: &Places<'_>, i: usize) -> Option<usize> {
+    match work.from[i] {
+        From::Node(n) => places.slots.get(n).copied().flatten(),
+        From::Root(n) => places.root_slots.get(n).copied().flatten(),
+        From::Kept { .. } => None,
+    }
+}
+
+/// Whether the call of the spans `group` has a server span, and whether a part of it may
+/// still come after it: one under a client attempt (§11.1–2), which only HTTP spans have none of.
+fn shape(work: &Work<'_>, group: &[usize]) -> (bool, bool) {
+    let has_server = group
+        .iter()
+        .any(|&i| matches!(work.members[i].side, Side::Server(_)));
+    let may_grow = group.iter().any(|&i| {
+        let m = &work.members[i];
+        m.side == Side::Client && m.attempt.family != Family::Http
+    });
+    (has_server, may_grow)
+}
+
 /// The call of the spans `group`, held for the parents `open` (since its earliest kept
 /// span came, else `now`).
 fn held(
