@@ -574,6 +574,53 @@ mod server_view {
     }
 
     #[test]
+    fn a_server_span_kept_with_a_call_for_a_late_part_comes_back_a_server_span() {
+        let p = pipeline();
+        let all = |p: &Pipeline| {
+            p.settle(true, 10);
+            let text = p.metrics().render();
+            text.lines()
+                .filter(|l| l.starts_with("refusal_gate_attempts_total{"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        // An agent's call through a gateway nobody observes: kept for a late part.
+        let call = span(
+            3,
+            1,
+            0,
+            &[
+                ("mcp.method.name", "tools/call"),
+                ("gen_ai.tool.name", "x"),
+                ("server.address", "gateway.test"),
+            ],
+        );
+        send(&p, "my-agent", vec![call], 1);
+        // The weather server's span of it, then the call's transport request, late.
+        send(&p, "weather-mcp", vec![mcp(2, 1, "tools/call")], 2);
+        let post = span(
+            3,
+            3,
+            1,
+            &[
+                ("http.request.method", "POST"),
+                ("url.full", "http://gateway.test/mcp"),
+                ("http.response.status_code", "200"),
+            ],
+        );
+        send(&p, "my-agent", vec![post], 3);
+        // One attempt, the request's: the server's span, kept whole with the call, comes back
+        // as the server's (read again from its request as a client's, the call is lost).
+        assert_eq!(
+            all(&p),
+            [concat!(
+                "refusal_gate_attempts_total{class=\"ok\",client=\"my-agent\",",
+                "interface=\"http://gateway.test\",kind=\"ok\"} 1"
+            )]
+        );
+    }
+
+    #[test]
     fn a_server_span_counted_at_once_is_tagged_and_one_not_an_attempt_is_not() {
         let p = pipeline();
         let body = body(
