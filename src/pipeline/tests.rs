@@ -574,6 +574,39 @@ mod server_view {
     }
 
     #[test]
+    fn a_client_span_whose_server_is_observed_is_not_tagged_before_the_servers_span_comes() {
+        let p = pipeline();
+        // A request under the agent's own span (9), both in one export.
+        let mut client = span(
+            3,
+            1,
+            9,
+            &[
+                ("http.request.method", "POST"),
+                ("url.full", "http://mcp.test:8080/mcp"),
+            ],
+        );
+        client.attributes.push(i("http.response.status_code", 200));
+        let agent = span(1, 9, 0, &[("gen_ai.operation.name", "invoke_agent")]);
+        let mut tags = SpanTags::default();
+        let body = body("my-agent", vec![client, agent]);
+        let (summary, _) = p.ingest(Transport::Grpc, &body, 0, 1, Some(&mut tags));
+        assert_eq!(summary.attempts, 1);
+        assert!(
+            tags.get(0).is_empty(),
+            "its verdict is not the call's yet: {:?}",
+            String::from_utf8_lossy(tags.get(0))
+        );
+        // Its server's span, later: the call, counted once, by the client that sent it (the
+        // client's span remembered for it: the server's is not held, nor counted on its own).
+        send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 2);
+        assert_eq!(p.calls().held(), 0);
+        p.sweep(p.tracker().reorder_window() + 10);
+        assert_eq!(attempts(&p, "my-agent"), 1);
+        assert_eq!(attempts(&p, "planner/1.0"), 0);
+    }
+
+    #[test]
     fn a_server_span_kept_with_a_call_for_a_late_part_comes_back_a_server_span() {
         let p = pipeline();
         let all = |p: &Pipeline| {
