@@ -948,6 +948,23 @@ tracker: { max_held_spans: 3 }
     }
 
     #[test]
+    fn a_call_settled_by_a_scrape_is_not_counted_again_when_its_request_comes_in_the_window() {
+        let p = pipeline();
+        // The call alone; a scrape settles it (`count` settles as a scrape does).
+        p.ingest(Transport::Grpc, &body(vec![protocol(1)]), 0, 1, None);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "unknown"), 1);
+        // Its request, well within the window: one call, counted once — where it was counted,
+        // its facts not merged (docs/semantics.md: a read of `/metrics` settles).
+        let (summary, _) = p.ingest(Transport::Grpc, &body(vec![post(2, 1)]), 0, 2, None);
+        assert_eq!(summary.attempts, 0);
+        assert_eq!(count(&p, "refusal_gate_attempts_total", "agent"), 1);
+        assert_eq!(
+            count(&p, "refusal_gate_spans_skipped_total", "same_call"),
+            1
+        );
+    }
+
+    #[test]
     fn the_held_spans_gauge_adds_the_spans_kept_for_a_late_part_to_those_held() {
         let p = pipeline();
         // Read as a scrape reads it: a settle would end the wait of what is kept.
