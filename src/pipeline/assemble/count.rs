@@ -209,8 +209,9 @@ impl Pipeline {
         let slot_of = |i: usize| slot(work, &places, i);
         let settled_span = |i: usize| !settled.is_empty() && settled.contains(&work.keys[i]);
         // A span counted as an attempt of its own, settled, and now a part of its call (a
-        // protocol span before its request, past the window): it stays counted, and the client
-        // attempts it lends its call to are that attempt again, skipped as `same_call`.
+        // protocol span before its request, settled by a scrape or by the window): it stays
+        // counted, and the client attempts it lends its call to are that attempt again,
+        // skipped as `same_call`.
         let settled_part = group
             .iter()
             .any(|&i| calls.attempt(i).is_none() && settled_span(i));
@@ -359,6 +360,7 @@ impl Pipeline {
             .set_held(calls.spans() + spans, calls.bytes() + bytes);
     }
 }
+
 /// Where the tags of span `i` of the work set go: its slot in the request (none for a span
 /// kept from an earlier one).
 fn slot(work: &Work<'_>, places: &Places<'_>, i: usize) -> Option<usize> {
@@ -370,7 +372,7 @@ fn slot(work: &Work<'_>, places: &Places<'_>, i: usize) -> Option<usize> {
 }
 
 /// Whether the call of the spans `group` has a server span, and whether a part of it may
-/// still come after it: one under a client attempt (§11.1–2), which only HTTP spans have none of.
+/// still come after it: a part under a client attempt (§11.1–2), which no HTTP span has.
 fn shape(work: &Work<'_>, group: &[usize]) -> (bool, bool) {
     let has_server = group
         .iter()
