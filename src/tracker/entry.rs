@@ -364,7 +364,7 @@ impl Entry {
 /// entry of the history, whose latest one is rarely still in the cache. Packed (18 bytes,
 /// its end kept as the entry keeps it): with the key's own small fields in the 6 bytes an
 /// aligned tail would pad, a key takes 72 bytes, not 80 (a test keeps it so).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(Rust, packed)]
 pub(super) struct Tail {
     /// The history is not empty, and each attempt in it ended no later than the next one
@@ -394,6 +394,27 @@ impl Tail {
 
     /// The tail of `history`.
     pub(super) fn of(history: &[Entry]) -> Tail {
+        Tail::ordered(
+            history,
+            history.windows(2).all(|w| w[0].end() <= w[1].end()),
+        )
+    }
+
+    /// The tail of `history` once an attempt was inserted at `at`, given the tail before
+    /// (`was`): in an ordered history only the attempt's neighbours can put it out of order,
+    /// so only they are read (the whole history when it was not known ordered).
+    pub(super) fn inserted(history: &[Entry], at: usize, was: &Tail) -> Tail {
+        if !was.ordered {
+            return Tail::of(history);
+        }
+        let end = |i: usize| history.get(i).map(Entry::end);
+        let after_previous = at.checked_sub(1).and_then(end) <= end(at);
+        let before_next = end(at + 1).is_none_or(|next| end(at).is_some_and(|e| e <= next));
+        Tail::ordered(history, after_previous && before_next)
+    }
+
+    /// The tail of `history`, whose order is `ordered`.
+    fn ordered(history: &[Entry], ordered: bool) -> Tail {
         let Some(last) = history.last() else {
             return Tail::EMPTY;
         };
@@ -403,7 +424,7 @@ impl Tail {
             .take_while(|e| e.kind().class().is_retryable_failure())
             .count();
         Tail {
-            ordered: history.windows(2).all(|w| w[0].end() <= w[1].end()),
+            ordered,
             start: last.start,
             length: last.length,
             kind: last.kind(),
@@ -578,5 +599,44 @@ mod tests {
         let longest = Delay::of(Some(u64::MAX)).nanos();
         assert_eq!(longest, (4095 << 15) * MS, "at most about 37 hours");
         assert_eq!(Delay::of(Some(longest)).nanos(), longest);
+    }
+
+    #[test]
+    fn an_inserted_attempts_tail_reads_its_neighbours_as_the_whole_history_would() {
+        use super::Tail;
+        // (start, end) of each attempt, in the order of the history.
+        let entry = |(start, end): (u64, u64)| Entry {
+            start,
+            trace_id: [0; 16],
+            span_id: start.to_be_bytes(),
+            length: Length::of(end - start),
+            attempt: 1,
+            bits: Bits::new(Outcome::Transient, Kind::Transient, None, 0),
+            delay: Delay::default(),
+            question: Question::default(),
+        };
+        let histories: [&[(u64, u64)]; 4] = [
+            &[(10, 20), (30, 40), (50, 60)],
+            &[(10, 20)],
+            &[],
+            // Not ordered: the first ended after the second.
+            &[(10, 45), (30, 40), (50, 60)],
+        ];
+        for history in histories {
+            let before: Vec<Entry> = history.iter().copied().map(entry).collect();
+            let was = Tail::of(&before);
+            for at in 0..=before.len() {
+                // Ends that keep the order, and ends that break it on either side.
+                for arriving in [(at as u64 * 20 + 1, at as u64 * 20 + 5), (0, 100), (25, 26)] {
+                    let mut after = before.clone();
+                    after.insert(at, entry(arriving));
+                    assert_eq!(
+                        Tail::inserted(&after, at, &was),
+                        Tail::of(&after),
+                        "{arriving:?} at {at} of {history:?}"
+                    );
+                }
+            }
+        }
     }
 }

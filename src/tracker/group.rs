@@ -589,7 +589,12 @@ fn insert_judged(
         at
     };
     rejudge(lists, key, first, p);
-    key.tail = Tail::of(&key.history);
+    key.tail = Tail::inserted(&key.history, at, &key.tail);
+    debug_assert_eq!(
+        key.tail,
+        Tail::of(&key.history),
+        "an insert's tail is the history's"
+    );
     // Re-judging changes verdicts, never positions: the attempt is still at `at`.
     let e = &key.history[at];
     (e.kind(), e.violation(), e.attempt)
