@@ -407,9 +407,9 @@ impl Tail {
         if !was.ordered {
             return Tail::of(history);
         }
-        let end = |i: usize| history.get(i).map(Entry::end);
-        let after_previous = at.checked_sub(1).and_then(end) <= end(at);
-        let before_next = end(at + 1).is_none_or(|next| end(at).is_some_and(|e| e <= next));
+        let end = history[at].end();
+        let after_previous = at == 0 || history[at - 1].end() <= end;
+        let before_next = history.get(at + 1).is_none_or(|next| end <= next.end());
         Tail::ordered(history, after_previous && before_next)
     }
 
