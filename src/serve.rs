@@ -174,7 +174,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// than one each 16 KiB: fewer frames read, buffered and copied a request, 2.5 to 6 % less CPU
 /// a span over OTLP/gRPC (benches/e2e.sh, two runs). What a client may send unread stays bounded by the
 /// flow-control windows (hyper's 1 MiB), not by the frame.
-const MAX_FRAME_BYTES: u32 = 64 * 1024;
+pub const MAX_FRAME_BYTES: u32 = 64 * 1024;
 
 /// hyper's connection builder for a listener's protocol: HTTP/1.1, or HTTP/2.
 fn builders(

@@ -23,10 +23,9 @@
 use crate::extract::call::Side;
 use crate::extract::Owned;
 use crate::tracker::{Nanos, Observation};
-use bytes::Bytes;
 use foldhash::{HashMap, HashSet};
 use recent::Recent;
-pub use recent::{At, Batch, Member as RecentMember, Part};
+pub use recent::{At, Batch, Member as RecentMember, Owner, Part};
 use std::collections::VecDeque;
 
 mod recent;
@@ -227,7 +226,7 @@ impl Calls {
     /// the held calls: the oldest request is forgotten first.
     pub fn keep_recent(
         &mut self,
-        body: (&[u8], Option<&Bytes>),
+        body: (&[u8], Option<Owner<'_>>),
         (batch, taken): (Batch, &mut [Call]),
         now: Nanos,
     ) {

@@ -29,7 +29,7 @@ use crate::otlp::{frame, json, wire};
 use crate::tracker::{EachShard, Event, Judgement, Nanos, Observation, Tracker};
 use assemble::{Joins, Memory, Node, Root};
 use bytes::Bytes;
-use calls::At;
+use calls::{At, Owner};
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -239,24 +239,30 @@ impl Pipeline {
     }
 
     /// [`Pipeline::handle`] of a body held in [`Bytes`]: the calls kept for a late part keep
-    /// a reference to it rather than a copy (DESIGN §11).
+    /// a reference to it rather than a copy (DESIGN §11), and count against
+    /// `tracker.max_held_mib` what the buffer it is a view of keeps `allocated` (its
+    /// capacity: at least its length).
     ///
     /// # Errors
     /// As [`Pipeline::handle`].
     pub fn handle_bytes(
         &self,
         transport: Transport,
-        body: &Bytes,
+        (body, allocated): (&Bytes, usize),
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
-        self.handle_with(transport, (body, Some(body)), encoding, now)
+        let owner = Owner {
+            bytes: body,
+            allocated,
+        };
+        self.handle_with(transport, (body, Some(owner)), encoding, now)
     }
 
     fn handle_with(
         &self,
         transport: Transport,
-        body: (&[u8], Option<&Bytes>),
+        body: (&[u8], Option<Owner<'_>>),
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
@@ -277,7 +283,7 @@ impl Pipeline {
     fn handle_inner(
         &self,
         transport: Transport,
-        (body, owner): (&[u8], Option<&Bytes>),
+        (body, owner): (&[u8], Option<Owner<'_>>),
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
@@ -357,7 +363,7 @@ impl Pipeline {
     fn ingest_in(
         &self,
         transport: Transport,
-        (body, owner): (&[u8], Option<&Bytes>),
+        (body, owner): (&[u8], Option<Owner<'_>>),
         left_out: u64,
         now: Nanos,
         tags: Option<&mut SpanTags>,

@@ -13,7 +13,7 @@
 use crate::access::{Limit, Tokens};
 use crate::export::EXPORT_PATH;
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
-use crate::serve::ReadDeadline;
+use crate::serve::{ReadDeadline, MAX_FRAME_BYTES};
 use bytes::{Buf, Bytes};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
@@ -30,6 +30,24 @@ use tonic::codec::{
 use tonic::codegen::{http, Service};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::Status;
+
+/// The buffer a request's message is read into, at first ([`RawDecoder::buffer_settings`]).
+const BUFFER_BYTES: usize = 128 * 1024 - 64;
+
+/// What the buffer a message of `len` bytes was read into keeps allocated, at most (the
+/// message is a view of it, [`crate::pipeline::Pipeline::handle_bytes`]): tonic reads it into
+/// [`BUFFER_BYTES`] beside the first DATA frame (up to [`MAX_FRAME_BYTES`]) and its 5-byte
+/// header, and grows that buffer as a `Vec` (to at least twice its size) when the message does
+/// not fit. A compressed message is inflated into a buffer sized from its compressed length,
+/// which the receiver does not see: not known (`usize::MAX`), and so copied if kept.
+fn allocated(len: usize, compressed: bool) -> usize {
+    let beside = len + MAX_FRAME_BYTES as usize + 5;
+    match () {
+        () if compressed => usize::MAX,
+        () if beside <= BUFFER_BYTES => BUFFER_BYTES,
+        () => beside.max(2 * BUFFER_BYTES),
+    }
+}
 
 /// A codec that decodes to the message's raw bytes and encodes prost responses.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,7 +69,7 @@ impl Decoder for RawDecoder {
     /// arrives without the buffer being grown and copied. Just under: glibc serves 128 KiB
     /// and more from `mmap`, a page fault a page.
     fn buffer_settings(&self) -> tonic::codec::BufferSettings {
-        tonic::codec::BufferSettings::new(128 * 1024 - 64, 32 * 1024)
+        tonic::codec::BufferSettings::new(BUFFER_BYTES, 32 * 1024)
     }
 }
 
@@ -127,7 +145,13 @@ impl UnaryService<Bytes> for Export {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let pipeline = Arc::clone(&self.0);
-        Box::pin(async move { export(&pipeline, request.into_inner()).await })
+        let compressed = request
+            .metadata()
+            .get("grpc-encoding")
+            .is_some_and(|e| e != "identity");
+        let body = request.into_inner();
+        let allocated = allocated(body.len(), compressed);
+        Box::pin(async move { export(&pipeline, (body, allocated)).await })
     }
 }
 
@@ -135,7 +159,7 @@ impl UnaryService<Bytes> for Export {
 /// queue hop. A full export queue answers `UNAVAILABLE` with `RetryInfo`.
 async fn export(
     pipeline: &Arc<Pipeline>,
-    body: Bytes,
+    body: (Bytes, usize),
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
     let summary = super::handle(pipeline, Transport::Grpc, body, Encoding::Protobuf)
         .await
@@ -255,5 +279,23 @@ where
             }
             Ok(response)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{allocated, BUFFER_BYTES, MAX_FRAME_BYTES};
+
+    #[test]
+    fn a_message_keeps_the_buffer_it_was_read_into_grown_as_tonic_grows_it() {
+        let frame = MAX_FRAME_BYTES as usize + 5;
+        // Beside the first frame in the first buffer.
+        assert_eq!(allocated(0, false), BUFFER_BYTES);
+        assert_eq!(allocated(BUFFER_BYTES - frame, false), BUFFER_BYTES);
+        // One byte more: the buffer doubled, or grown to the message and its frame.
+        assert_eq!(allocated(BUFFER_BYTES - frame + 1, false), 2 * BUFFER_BYTES);
+        assert_eq!(allocated(4 * BUFFER_BYTES, false), 4 * BUFFER_BYTES + frame);
+        // Inflated into a buffer sized from a length the receiver does not see.
+        assert_eq!(allocated(10, true), usize::MAX);
     }
 }

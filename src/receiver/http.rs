@@ -151,8 +151,9 @@ enum Compressed {
     Zstd,
 }
 
-/// Reads the body within `limit`, inflating gzip or zstd within the same limit.
-async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError> {
+/// Reads the body within `limit`, inflating gzip or zstd within the same limit; with what its
+/// buffer keeps allocated.
+async fn read_body(request: Request, limit: usize) -> Result<(Bytes, usize), IngestError> {
     let compressed = match request
         .headers()
         .get(header::CONTENT_ENCODING)
@@ -195,11 +196,12 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
             collected.extend_from_slice(&data);
         }
     }
+    let allocated = collected.capacity();
     let body = collected.freeze();
     let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
     // Never more than one byte past the limit is inflated: a bomb stops there.
     let read = match compressed {
-        Compressed::No => return Ok(body),
+        Compressed::No => return Ok((body, allocated)),
         Compressed::Gzip => flate2::read::GzDecoder::new(&body[..])
             .take(limit as u64 + 1)
             .read_to_end(&mut inflated)
@@ -210,7 +212,10 @@ async fn read_body(request: Request, limit: usize) -> Result<Bytes, IngestError>
     };
     match read? {
         n if n > limit => Err(IngestError::TooLarge { limit }),
-        _ => Ok(Bytes::from(inflated)),
+        _ => {
+            let allocated = inflated.capacity();
+            Ok((Bytes::from(inflated), allocated))
+        }
     }
 }
 

@@ -16,22 +16,24 @@ use std::sync::Arc;
 pub const OFF_WORKER_BYTES: usize = 1 << 20;
 
 /// Runs one request's body through the pipeline at the clock's now: inline when it is small,
-/// on the blocking pool when it is [`OFF_WORKER_BYTES`] or more.
+/// on the blocking pool when it is [`OFF_WORKER_BYTES`] or more. `allocated` is what the
+/// buffer `body` is a view of keeps allocated ([`Pipeline::handle_bytes`]).
 ///
 /// # Errors
 /// What [`Pipeline::handle`] refused.
 pub async fn handle(
     pipeline: &Arc<Pipeline>,
     transport: Transport,
-    body: Bytes,
+    (body, allocated): (Bytes, usize),
     encoding: Encoding,
 ) -> Result<Summary, IngestError> {
     if body.len() < OFF_WORKER_BYTES {
-        return pipeline.handle_bytes(transport, &body, encoding, crate::clock::now());
+        let now = crate::clock::now();
+        return pipeline.handle_bytes(transport, (&body, allocated), encoding, now);
     }
     let pipeline = Arc::clone(pipeline);
     tokio::task::spawn_blocking(move || {
-        pipeline.handle_bytes(transport, &body, encoding, crate::clock::now())
+        pipeline.handle_bytes(transport, (&body, allocated), encoding, crate::clock::now())
     })
     .await
     .unwrap_or_else(|e| {

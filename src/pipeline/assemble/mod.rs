@@ -11,7 +11,7 @@
 //! the call before a late span arrived) is taken back from the tracker first while it is
 //! pending, so the call is counted once whatever the order its spans came in.
 
-use super::calls::{key, At, Batch, Bound, Call, Calls, SpanKey};
+use super::calls::{key, At, Batch, Bound, Call, Calls, Owner, SpanKey};
 use super::{place, Pipeline, RequestState};
 use crate::discovery::{InterfaceRef, Interfaces};
 use crate::extract::call::{Member, Side};
@@ -19,7 +19,6 @@ use crate::extract::{self, Attempt, Client, Owned, UNKNOWN_CLIENT};
 use crate::otlp::wire::SpanRef;
 use crate::otlp::SpanView;
 use crate::tracker::Observation;
-use bytes::Bytes;
 use foldhash::{HashMap, HashSet};
 
 mod carriers;
@@ -95,7 +94,7 @@ impl Pipeline {
         r: &mut RequestState<'_>,
         interfaces: &Interfaces,
         joins: Joins<'a>,
-        (body, owner): (&'a [u8], Option<&Bytes>),
+        (body, owner): (&'a [u8], Option<Owner<'_>>),
     ) {
         let mut calls = self.calls();
         let Joins {
@@ -199,7 +198,7 @@ impl Pipeline {
         calls: &mut Calls,
         interfaces: &Interfaces,
         (remember, recent, known): Rest<'_>,
-        body: (&[u8], Option<&Bytes>),
+        body: (&[u8], Option<Owner<'_>>),
         r: &mut RequestState<'_>,
         mut forced: Vec<(Call, Bound)>,
     ) {

@@ -8,7 +8,8 @@
 //!
 //! Core: pure state. What is kept of such a call is cheap, since almost every flat span is
 //! one and almost none is ever joined: the request's bytes, held once ([`Recent::keep`]: a
-//! receiver's [`Bytes`] by reference, other bodies copied), and for each call where its spans
+//! receiver's [`Bytes`] by reference, the whole buffer it is a view of counted, unless that
+//! buffer is mostly something else; other bodies copied), and for each call where its spans
 //! stand in them (its spans from earlier requests kept whole) and what it was counted as. A
 //! call's spans are read again only when a late span joins it ([`Recent::take`]), and a root's
 //! attempt made again from its span. Calls are found by their spans in a table of fixed size
@@ -26,6 +27,30 @@ use crate::tracker::{Nanos, Observation};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::ops::Range;
+
+/// A request's body held in [`Bytes`] by its receiver, and what the buffer it is a view of
+/// keeps allocated: a call kept for a late part that keeps the body by reference keeps that
+/// buffer, and counts it against `tracker.max_held_mib`, not only the body's length.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner<'b> {
+    /// The body.
+    pub bytes: &'b Bytes,
+    /// The bytes its buffer keeps allocated (taken as at least the body's length).
+    pub allocated: usize,
+}
+
+/// What a kept body held where it is ([`Owner`]) counts, when it is held there: when `owner`
+/// holds it and its buffer is at most [`MOSTLY_ELSE`] times its length, the buffer. `None`
+/// when the body is copied instead, its length counted: a small body does not keep a large
+/// buffer (nor one of a size not known).
+fn held_where_it_is(body: &[u8], owner: Owner<'_>) -> Option<usize> {
+    let same = owner.bytes.as_ptr() == body.as_ptr() && owner.bytes.len() == body.len();
+    let allocated = owner.allocated.max(body.len());
+    (same && allocated / MOSTLY_ELSE <= body.len()).then_some(allocated)
+}
+
+/// A kept body whose buffer is more than this many times its size is copied out of it.
+const MOSTLY_ELSE: usize = 4;
 
 /// Where a span stands in its request's body: its resource's `ResourceSpans` message and its
 /// own bytes, each as (offset, length).
@@ -329,6 +354,12 @@ impl Recent {
         self.bytes
     }
 
+    /// The newest request kept: its bytes.
+    #[cfg(test)]
+    pub fn newest(&self) -> Option<&Bytes> {
+        self.bodies.back().map(|b| &b.bytes)
+    }
+
     /// An empty batch, in the room of one kept before.
     pub fn batch(&mut self) -> Batch {
         let mut batch = self
@@ -344,7 +375,7 @@ impl Recent {
     /// the oldest requests while more than `max_spans` spans or `max_bytes` bytes are kept.
     pub fn keep(
         &mut self,
-        (body, owner): (&[u8], Option<&Bytes>),
+        (body, owner): (&[u8], Option<Owner<'_>>),
         (mut batch, taken): (Batch, &mut [Call]),
         now: Nanos,
         bounds: (usize, usize),
@@ -365,15 +396,13 @@ impl Recent {
         self.places = max_spans.next_power_of_two().clamp(2, MAX_PLACES);
         let mut kept = self.spare.pop().unwrap_or_default();
         kept.since = now;
-        // Held where it is when it is held in `Bytes` (a receiver's), else copied.
-        kept.bytes = match owner {
-            Some(owner) if owner.as_ptr() == body.as_ptr() && owner.len() == body.len() => {
-                owner.clone()
-            }
-            _ => Bytes::copy_from_slice(body),
+        let held;
+        (kept.bytes, held) = match owner.map(|o| (o, held_where_it_is(body, o))) {
+            Some((o, Some(allocated))) => (o.bytes.clone(), allocated),
+            _ => (Bytes::copy_from_slice(body), body.len()),
         };
         kept.batch = batch;
-        kept.cost = body.len() + kept.batch.bytes();
+        kept.cost = held + kept.batch.bytes();
         self.spans += kept.batch.members.len();
         self.bytes += kept.cost;
         self.bodies.push_back(kept);
