@@ -508,6 +508,15 @@ fn a_kept_request_held_by_reference_counts_the_buffer_it_keeps_and_a_small_one_i
 }
 
 #[test]
+fn a_request_that_leaves_no_call_to_keep_keeps_nothing_not_even_its_bytes() {
+    let mut calls = Calls::new(5, 100, BIG);
+    let batch = calls.recent_batch();
+    calls.keep_recent((&request(), None), (batch, &mut []), 10);
+    assert_eq!(calls.recent(), (0, 0));
+    assert!(calls.recent.newest().is_none());
+}
+
+#[test]
 fn a_call_joined_since_is_not_kept_and_settled_ones_leave_their_ids() {
     let mut calls = Calls::new(5, 100, BIG);
     let mut batch = calls.recent_batch();
