@@ -15,6 +15,8 @@
 # the last), and both medians are reported, with the median of the pairs' ratios of CPU
 # per span (an odd ROUNDS gives a true median) — compare within one run, the machines are
 # shared.
+# WORKLOAD=tree (or `--workload tree` among the load generator's options): the workload of
+# every run (flat by default), for an A/B with BASELINE on call trees.
 # TREES=1: the same, this binary on the flat workload and on call trees (`--workload tree`:
 # an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
 # two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
@@ -31,7 +33,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 shift || true
-extra=("$@")
+# `--workload` is the script's to give each run (below): taken out of the options and kept.
+workload=${WORKLOAD:-flat}
+extra=()
+while (($#)); do
+  if [[ $1 == --workload ]]; then
+    workload=${2:?--workload needs flat or tree}
+    shift 2
+  else
+    extra+=("$1")
+    shift
+  fi
+done
 work=$(mktemp -d)
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 source benches/server.sh
@@ -60,11 +73,11 @@ fi
 [[ -n $forward ]] && echo "forwarding every span over OTLP/$forward ($compression) to a sink"
 binaries=(target/release/refusal-gate)
 names=(this)
-workloads=(flat)
+workloads=("$workload")
 if [[ -n $baseline ]]; then
   binaries=("$baseline" target/release/refusal-gate)
   names=(baseline this)
-  workloads=(flat flat)
+  workloads=("$workload" "$workload")
 elif [[ -n ${TREES:-} ]]; then
   binaries=(target/release/refusal-gate target/release/refusal-gate)
   names=(flat trees)

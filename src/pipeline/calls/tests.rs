@@ -485,11 +485,11 @@ fn a_kept_request_held_by_reference_counts_the_buffer_it_keeps_and_a_small_one_i
         let (bytes, held) = keep(body, Some(owner));
         (bytes - call, held)
     };
-    // A buffer of up to four times the body: held where it is, all of it counted.
-    assert_eq!(keep(&body, 1024), (1024, true));
-    assert_eq!(keep(&body, 1027), (1027, true));
+    // A buffer of up to eight times the body: held where it is, all of it counted.
+    assert_eq!(keep(&body, 2048), (2048, true));
+    assert_eq!(keep(&body, 2055), (2055, true));
     // One larger, or of a size not known: the body copied, its length counted.
-    assert_eq!(keep(&body, 1028), (256, false));
+    assert_eq!(keep(&body, 2056), (256, false));
     assert_eq!(keep(&body, usize::MAX), (256, false));
     // A buffer reported smaller than the body counts the body.
     assert_eq!(keep(&body, 10), (256, true));
