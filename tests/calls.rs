@@ -837,6 +837,71 @@ async fn a_flood_of_calls_whose_parts_come_late_keeps_them_within_max_held_mib()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_kept_for_a_late_part_counts_the_buffer_its_receiver_read_it_into() {
+    // Calls on a server nobody observes, each kept for a late part of its own: over OTLP/gRPC
+    // an export of some 30 KiB is a view of tonic's buffer of just under 128 KiB, and keeping
+    // it keeps that buffer; a small one is copied out of it.
+    // A scrape settles what is kept: each case on a server of its own.
+    let config = CONFIG.replace(
+        "probe_window: 3s",
+        "probe_window: 3s\n  reorder_window: 120s",
+    );
+    let connect = |bound: refusal_gate::app::Bound| async move {
+        opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient::connect(
+            format!("http://{}", bound.grpc),
+        )
+        .await
+        .expect("connects")
+    };
+    let export = |first: u32, n: u32, argument_bytes: usize| {
+        let arguments = "x".repeat(argument_bytes);
+        let spans = (first..first + n)
+            .map(|n| {
+                let span = part(
+                    n,
+                    (1, 0),
+                    (0, 40),
+                    vec![
+                        s("mcp.method.name", "tools/call"),
+                        s("gen_ai.tool.name", "lookup"),
+                        s("url.full", "http://tools.test:8080/mcp"),
+                        s("gen_ai.tool.call.arguments", &arguments),
+                    ],
+                );
+                ("keeper".to_owned(), span)
+            })
+            .collect::<Vec<_>>();
+        ExportTraceServiceRequest::decode(&export_many(&spans)[..]).expect("decodes")
+    };
+    let held = |text: &str| value(text, "refusal_gate_held_bytes", &[]);
+    // Four exports of 20 calls with 1.5 KiB of arguments each: some 30 KiB.
+    let server = start(&config).await;
+    let mut client = connect(server.bound).await;
+    for request in 0..4u32 {
+        let body = export(request * 20, 20, 1536);
+        assert!((24 << 10..64 << 10).contains(&body.encoded_len()));
+        client.export(body).await.expect("exported");
+    }
+    let large = held(&scrape(&server.bound).await);
+    assert!(
+        large >= 4.0 * f64::from((128 << 10) - 64),
+        "four exports of 30 KiB hold {large} bytes: each its receive buffer"
+    );
+    // Four exports of one call: a few hundred bytes each, copied.
+    let server = start(&config).await;
+    let mut client = connect(server.bound).await;
+    for request in 0..4u32 {
+        let body = export(request, 1, 16);
+        client.export(body).await.expect("exported");
+    }
+    let small = held(&scrape(&server.bound).await);
+    assert!(
+        small > 0.0 && small < 4.0 * 4096.0,
+        "four small exports hold {small} bytes: their own"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_span_whose_parent_never_comes_is_judged_with_the_attempts_after_it() {
     // A window short enough to wait out; a path the interface does not declare.
     let server = start(
