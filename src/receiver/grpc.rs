@@ -42,10 +42,12 @@ const BUFFER_BYTES: usize = 128 * 1024 - 64;
 /// which the receiver does not see: not known (`usize::MAX`), and so copied if kept.
 fn allocated(len: usize, compressed: bool) -> usize {
     let beside = len + MAX_FRAME_BYTES as usize + 5;
-    match () {
-        () if compressed => usize::MAX,
-        () if beside <= BUFFER_BYTES => BUFFER_BYTES,
-        () => beside.max(2 * BUFFER_BYTES),
+    if compressed {
+        usize::MAX
+    } else if beside <= BUFFER_BYTES {
+        BUFFER_BYTES
+    } else {
+        beside.max(2 * BUFFER_BYTES)
     }
 }
 
