@@ -466,24 +466,23 @@ fn a_call_kept_for_a_late_part_is_forgotten_after_the_window_or_past_a_bound() {
 
 #[test]
 fn a_kept_request_held_by_reference_counts_the_buffer_it_keeps_and_a_small_one_is_copied() {
-    let keep = |body: &bytes::Bytes, owner: Option<Owner<'_>>| {
+    let keep_with = |body: &bytes::Bytes, owner: Option<Owner<'_>>| {
         let mut calls = Calls::new(5, 100, BIG);
         let mut batch = calls.recent_batch();
         batch.call([Part::Here(recent_member(1, None))], &[observed(1)]);
         calls.keep_recent((body, owner), (batch, &mut []), 10);
-        let held = calls.recent.newest().map(|b| b.as_ptr());
-        (calls.recent().1, held == Some(body.as_ptr()))
+        (calls.recent().1, calls.recent.newest().map(|b| b.as_ptr()))
     };
     let body = bytes::Bytes::from(request());
     // What is kept of the call beside its request's bytes.
-    let call = keep(&body, None).0 - body.len();
+    let call = keep_with(&body, None).0 - body.len();
     let keep = |body: &bytes::Bytes, allocated: usize| {
         let owner = Owner {
             bytes: body,
             allocated,
         };
-        let (bytes, held) = keep(body, Some(owner));
-        (bytes - call, held)
+        let (bytes, held) = keep_with(body, Some(owner));
+        (bytes - call, held == Some(body.as_ptr()))
     };
     // A buffer of up to eight times the body: held where it is, all of it counted.
     assert_eq!(keep(&body, 2048), (2048, true));
@@ -493,17 +492,14 @@ fn a_kept_request_held_by_reference_counts_the_buffer_it_keeps_and_a_small_one_i
     assert_eq!(keep(&body, usize::MAX), (256, false));
     // A buffer reported smaller than the body counts the body.
     assert_eq!(keep(&body, 10), (256, true));
-    // A body that is not the owner's own is copied.
+    // A body that is not the owner's own is copied, its length counted.
     let other = bytes::Bytes::from(request());
-    let mut calls = Calls::new(5, 100, BIG);
-    let mut batch = calls.recent_batch();
-    batch.call([Part::Here(recent_member(1, None))], &[observed(1)]);
     let owner = Owner {
         bytes: &other,
         allocated: 256,
     };
-    calls.keep_recent((&body, Some(owner)), (batch, &mut []), 10);
-    let held = calls.recent.newest().map(|b| b.as_ptr());
+    let (bytes, held) = keep_with(&body, Some(owner));
+    assert_eq!(bytes, 256 + call);
     assert!(held != Some(body.as_ptr()) && held != Some(other.as_ptr()));
 }
 
