@@ -113,9 +113,9 @@ fn port_number(p: &str) -> Option<u16> {
 
 /// Where the first byte of `hay` that is one of `set` (distinct bytes) stands, read eight
 /// bytes a word. A URL's pieces are short: a vector search (memchr) spent more setting up
-/// than searching, some 600 instructions a URL of the load generator's with the origin
-/// built, against 470 now (callgrind over a loop of them); `extract::read` went from 3,167
-/// to 3,045 instructions a span (`benches/instructions.sh 4`).
+/// than searching: [`parts`] took 625 instructions a URL of the load generator's with it,
+/// 466 with this (callgrind over a loop of them), and `extract::read` went from 3,167 to
+/// 3,045 instructions a span (`benches/instructions.sh 4`).
 fn first_of(hay: &[u8], set: &[u8]) -> Option<usize> {
     let mut words = hay.chunks_exact(8);
     let mut at = 0;
