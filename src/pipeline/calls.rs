@@ -219,7 +219,7 @@ impl Calls {
     }
 
     /// Keeps the calls of `batch`, counted whole, of the request `body` (held in the
-    /// [`Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a
+    /// [`bytes::Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a
     /// span of one of them that comes late ([`Calls::take_member`] finds it) is joined to it,
     /// and the call counted again. Their spans from earlier requests ([`Part::Taken`]) are
     /// moved out of the calls the request took out, `taken`. Within the bounds, apart from
