@@ -219,11 +219,11 @@ impl Calls {
     }
 
     /// Keeps the calls of `batch`, counted whole, of the request `body` (held in the
-    /// [`bytes::Bytes`] given, if any, else copied) that arrived at `now`, for the reorder window: a
-    /// span of one of them that comes late ([`Calls::take_member`] finds it) is joined to it,
-    /// and the call counted again. Their spans from earlier requests ([`Part::Taken`]) are
-    /// moved out of the calls the request took out, `taken`. Within the bounds, apart from
-    /// the held calls: the oldest request is forgotten first.
+    /// [`bytes::Bytes`] given, if any, else copied) that arrived at `now`, for the reorder
+    /// window: a span of one of them that comes late ([`Calls::take_member`] finds it) is
+    /// joined to it, and the call counted again. Their spans from earlier requests
+    /// ([`Part::Taken`]) are moved out of the calls the request took out, `taken`. Within the
+    /// bounds, apart from the held calls: the oldest request is forgotten first.
     pub fn keep_recent(
         &mut self,
         body: (&[u8], Option<Owner<'_>>),
