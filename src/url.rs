@@ -77,11 +77,12 @@ pub fn parts(url: &str) -> Result<(&str, &str, Option<u16>, &str), UrlProblem> {
         return Err(UrlProblem::NoScheme);
     }
     // The authority ends at the first `/`, `?` or `#`; the host follows its last `@`.
+    let bytes = rest.as_bytes();
     let mut authority_end = rest.len();
     let mut host_start = 0;
-    while let Some(i) = first_of(&rest.as_bytes()[host_start..], b"/?#@") {
+    while let Some(i) = first_of(&bytes[host_start..], b"/?#@") {
         let i = host_start + i;
-        if rest.as_bytes()[i] != b'@' {
+        if bytes[i] != b'@' {
             authority_end = i;
             break;
         }
