@@ -19,7 +19,8 @@
 # every run (flat by default), for an A/B with BASELINE on call trees.
 # TREES=1: the same, this binary on the flat workload and on call trees (`--workload tree`:
 # an agent's INTERNAL span, a protocol CLIENT span, its HTTP child, half the calls split over
-# two requests), alternately; the ratio is trees' CPU per span over the flat workload's.
+# two requests; `--split 0` among the load generator's options sends every call whole),
+# alternately; the ratio is trees' CPU per span over the flat workload's.
 #
 # TRANSPORTS='grpc' (default 'grpc http'): the transports measured, in that order; with both,
 # the last lines give OTLP/HTTP's CPU per span over OTLP/gRPC's, for each binary or workload

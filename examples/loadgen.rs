@@ -10,11 +10,14 @@
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
+//!         [--split CALLS]
 //!
 //! `--workload tree` sends the same calls as real agent stacks describe them
 //! (`workload::Trees`): an agent's INTERNAL span, a protocol CLIENT span under it and its HTTP
 //! CLIENT child, half of the calls split over two of a client's requests (the child a request
-//! before its parents). Its spans/s count every span, the INTERNAL ones included.
+//! before its parents). Its spans/s count every span, the INTERNAL ones included. `--split`
+//! sets how many of a tree request's 33 calls are split (16 by default, at most 16; 0 sends
+//! every call whole).
 //!
 //! `--requests` is how many distinct requests are pre-encoded and sent in turn: by default
 //! 512, or one a client when the fleet is larger — every request of the workload covers all
@@ -43,6 +46,7 @@ struct Options {
     rate: f64,
     fresh_clients: bool,
     trees: bool,
+    split: usize,
 }
 
 fn options() -> Options {
@@ -57,6 +61,7 @@ fn options() -> Options {
         rate: 0.0,
         fresh_clients: false,
         trees: false,
+        split: workload::SPLIT,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -76,6 +81,7 @@ fn options() -> Options {
             "--requests" => o.requests = number() as usize,
             "--rate" => o.rate = number(),
             "--fresh-clients" => o.fresh_clients = number() != 0.0,
+            "--split" => o.split = number() as usize,
             "--workload" => {
                 o.trees = match value.as_str() {
                     "tree" => true,
@@ -147,7 +153,7 @@ async fn run(o: Options) {
     });
     let trees: Arc<Vec<workload::Trees>> = Arc::new(if o.trees {
         (0..o.requests)
-            .map(|n| workload::Trees::new(n, o.clients, o.batch))
+            .map(|n| workload::Trees::with_split(n, o.clients, o.batch, o.split))
             .collect()
     } else {
         Vec::new()

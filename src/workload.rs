@@ -228,8 +228,9 @@ enum Role {
     Http,
 }
 
-/// Calls split over two requests, of a [`Trees`] request's 33 (a hundred spans).
-const SPLIT: usize = 16;
+/// Calls split over two requests, of a [`Trees`] request's 33 (a hundred spans), unless
+/// asked otherwise ([`Trees::with_split`]).
+pub const SPLIT: usize = 16;
 
 /// The `role` span of call `call` of a [`Trees`] request (ids and times are stamped later):
 /// MCP `tools/call` and A2A `SendMessage` in turn over HTTP, every fifth request failing 503.
@@ -336,22 +337,29 @@ pub struct Trees {
 }
 
 /// Request `n` of the tree workload: one resource (client `agent-{n % clients}`) with the
-/// spans of `spans / 3` calls: the parents (protocol and agent spans) of the [`SPLIT`] calls
-/// whose HTTP spans went with the client's previous request, the whole of the others, and
-/// the HTTP spans alone of the next [`SPLIT`] — each in the order an SDK ends them.
-pub fn tree_request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
+/// spans of `spans / 3` calls: the parents (protocol and agent spans) of the `split` calls
+/// (at most half of them) whose HTTP spans went with the client's previous request, the
+/// whole of the others, and the HTTP spans alone of the next `split` — each in the order an
+/// SDK ends them.
+pub fn tree_request(
+    n: usize,
+    clients: usize,
+    spans: usize,
+    split: usize,
+) -> ExportTraceServiceRequest {
     let mut r = request(n, clients, 0);
-    r.resource_spans[0].scope_spans[0].spans = tree_layout(spans)
+    r.resource_spans[0].scope_spans[0].spans = tree_layout(spans, split)
         .into_iter()
         .map(|(call, role, _)| tree_span(call, role))
         .collect();
     r
 }
 
-/// The spans of a tree request: (call, role, whether the call is the previous request's).
-fn tree_layout(spans: usize) -> Vec<(usize, Role, bool)> {
+/// The spans of a tree request of which `split` calls are split: (call, role, whether the call
+/// is the previous request's).
+fn tree_layout(spans: usize, split: usize) -> Vec<(usize, Role, bool)> {
     let calls = spans / 3;
-    let split = SPLIT.min(calls / 2);
+    let split = split.min(calls / 2);
     let mut out = Vec::with_capacity(calls * 3);
     for call in 0..split {
         out.extend([(call, Role::Protocol, true), (call, Role::Agent, true)]);
@@ -370,10 +378,16 @@ fn tree_layout(spans: usize) -> Vec<(usize, Role, bool)> {
 }
 
 impl Trees {
-    /// Request `n` of the tree workload (see [`tree_request`]).
+    /// Request `n` of the tree workload (see [`tree_request`]), [`SPLIT`] of its calls split.
     pub fn new(n: usize, clients: usize, spans: usize) -> Trees {
-        let body = tree_request(n, clients, spans).encode_to_vec();
-        let layout = tree_layout(spans);
+        Trees::with_split(n, clients, spans, SPLIT)
+    }
+
+    /// Request `n` of the tree workload with `split` of its calls split over two requests (at
+    /// most half of them; none with 0, every call's spans in one request).
+    pub fn with_split(n: usize, clients: usize, spans: usize, split: usize) -> Trees {
+        let body = tree_request(n, clients, spans, split).encode_to_vec();
+        let layout = tree_layout(spans, split);
         let mut stamps = Vec::with_capacity(layout.len());
         let mut k = 0;
         for rs in fields(&body, 0..body.len(), 1) {
@@ -537,7 +551,7 @@ mod tests {
         };
         let (first, next) = (decode(5), decode(6));
         assert_eq!(first.len(), 99);
-        let layout = tree_layout(100);
+        let layout = tree_layout(100, SPLIT);
         let by = |spans: &[Span], call: usize, role: Role, previous: bool| {
             let at = layout
                 .iter()
@@ -570,5 +584,26 @@ mod tests {
             .map(|s| s.span_id.clone())
             .collect();
         assert_eq!(ids.len(), 2 * 99, "every span its own id");
+    }
+
+    #[test]
+    fn a_tree_request_without_splits_has_every_call_whole() {
+        let trees = Trees::with_split(3, 16, 100, 0);
+        let spans = ExportTraceServiceRequest::decode(&trees.stamped(5)[..])
+            .expect("valid")
+            .resource_spans[0]
+            .scope_spans[0]
+            .spans
+            .clone();
+        assert_eq!(spans.len(), 99);
+        let ids: std::collections::BTreeSet<&[u8]> = spans.iter().map(|s| &s.span_id[..]).collect();
+        // Every parent named is in the request: 33 HTTP and 33 protocol spans name one.
+        let named = spans.iter().filter(|s| !s.parent_span_id.is_empty());
+        assert_eq!(named.clone().count(), 66);
+        assert!(named
+            .into_iter()
+            .all(|s| ids.contains(&s.parent_span_id[..])));
+        // Asked for more than half, half of them are split: the default's 16 of 33.
+        assert_eq!(tree_layout(100, 40), tree_layout(100, SPLIT));
     }
 }
