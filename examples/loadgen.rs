@@ -16,8 +16,8 @@
 //! (`workload::Trees`): an agent's INTERNAL span, a protocol CLIENT span under it and its HTTP
 //! CLIENT child, half of the calls split over two of a client's requests (the child a request
 //! before its parents). Its spans/s count every span, the INTERNAL ones included. `--split`
-//! sets how many of a tree request's 33 calls are split (16 by default, at most 16; 0 sends
-//! every call whole).
+//! sets how many of a tree request's calls are split (16 of 33 by default, at most half of
+//! them; 0 sends every call whole).
 //!
 //! `--requests` is how many distinct requests are pre-encoded and sent in turn: by default
 //! 512, or one a client when the fleet is larger — every request of the workload covers all

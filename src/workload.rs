@@ -598,11 +598,9 @@ mod tests {
         assert_eq!(spans.len(), 99);
         let ids: std::collections::BTreeSet<&[u8]> = spans.iter().map(|s| &s.span_id[..]).collect();
         // Every parent named is in the request: 33 HTTP and 33 protocol spans name one.
-        let named = spans.iter().filter(|s| !s.parent_span_id.is_empty());
+        let mut named = spans.iter().filter(|s| !s.parent_span_id.is_empty());
         assert_eq!(named.clone().count(), 66);
-        assert!(named
-            .into_iter()
-            .all(|s| ids.contains(&s.parent_span_id[..])));
+        assert!(named.all(|s| ids.contains(&s.parent_span_id[..])));
         // Asked for more than half, half of them are split: the default's 16 of 33.
         assert_eq!(tree_layout(100, 40), tree_layout(100, SPLIT));
     }
