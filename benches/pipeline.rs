@@ -85,7 +85,7 @@ fn stages(c: &mut Criterion) {
             for span in &spans {
                 let a = extract::extract(client, span, extract::DEFAULT_MAX_ATTRIBUTES)
                     .expect("an attempt");
-                let (o, _) = classify::outcome(a.family, black_box(&a.signal));
+                let (o, _) = classify::outcome(a.family, black_box(&a.signal), Declared::Unknown);
                 black_box(classify::classify(o, Declared::Unknown, true));
             }
         })

@@ -855,6 +855,8 @@ impl Server {
             std::mem::take(&mut *self.watchers.lock().unwrap_or_else(PoisonError::into_inner));
         stop(&mut watchers, Duration::ZERO).await;
         self.pipeline.settle(true, crate::clock::now());
+        // The spans withheld for their call's verdict leave now, those without one untagged.
+        self.pipeline.forward_withheld();
         if let Some((delivery, task)) = self.delivery.take() {
             if !delivery.drain(task, shares.alerts).await {
                 tracing::warn!("The last alerts could not be delivered in time.");

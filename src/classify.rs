@@ -200,9 +200,15 @@ pub fn refuses_version(family: Family, signal: &Signal<'_>) -> bool {
     }
 }
 
-/// Reduces a signal to its outcome and the reason for it. A JSON-RPC code beats an HTTP
-/// status; the rows are tried in the table's order, so the first that matches wins.
-pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>) {
+/// Reduces a signal on a path of `declared` status to its outcome and the reason for it. A
+/// JSON-RPC code beats an HTTP status; the rows are tried in the table's order, so the first
+/// that matches wins: a `404` on a path declared `no` is row 2 whatever else the span says,
+/// and one on a declared or unknown path that timed out is row 4, a timeout (contract 6).
+pub fn outcome<'a>(
+    family: Family,
+    signal: &Signal<'a>,
+    declared: Declared,
+) -> (Outcome, Reason<'a>) {
     let jsonrpc = signal.jsonrpc_code;
     // When a JSON-RPC code is present, the HTTP status says nothing about the operation.
     let http = if jsonrpc.is_some() {
@@ -240,7 +246,7 @@ pub fn outcome<'a>(family: Family, signal: &Signal<'a>) -> (Outcome, Reason<'a>)
     if grpc == Some(GRPC_UNIMPLEMENTED) {
         return (Outcome::NotSupported, Reason::Grpc(GRPC_UNIMPLEMENTED));
     }
-    if http == Some(404) {
+    if http == Some(404) && (declared == Declared::No || signal.timeout.is_none()) {
         return (Outcome::NotFound, Reason::Http(404));
     }
     if http == Some(429) {
@@ -519,6 +525,10 @@ mod tests {
             ("4 grpc UNAVAILABLE", Grpc, grpc(14), Unknown, false, Kind::Transient, "grpc UNAVAILABLE"),
             ("4 grpc DEADLINE_EXCEEDED", Grpc, grpc(4), Unknown, false, Kind::Transient, "grpc DEADLINE_EXCEEDED"),
             ("4 mcp -32001", Mcp, rpc(-32001), Unknown, true, Kind::Transient, "timeout -32001"),
+            ("4 timeout beats 404 declared", Http, Signal { http_status: Some(404), ..timeout("ReadTimeout") }, Yes, true, Kind::Transient, "timeout ReadTimeout"),
+            ("4 timeout beats 404 unknown", Mcp, Signal { http_status: Some(404), ..timeout("TimeoutError") }, Unknown, false, Kind::Transient, "timeout TimeoutError"),
+            ("2 undeclared 404 beats timeout", Http, Signal { http_status: Some(404), ..timeout("ReadTimeout") }, No, true, Kind::InterfaceNotDeclared, "http 404 undeclared path"),
+            ("2' undeclared 404 beats timeout unread", Http, Signal { http_status: Some(404), ..timeout("ReadTimeout") }, No, false, Kind::UnverifiedRefusal, "http 404 undeclared path"),
             // row 5: anything else
             ("5 http 400", Http, http(400), Unknown, true, Kind::Ambiguous, "http 400"),
             ("5 http 403", Http, http(403), Yes, true, Kind::Ambiguous, "http 403"),
@@ -544,7 +554,7 @@ mod tests {
             ("5 status only", Mcp, Signal { status_error: true, ..sig() }, Unknown, false, Kind::Ambiguous, "error"),
         ];
         for (name, family, signal, declared, read, kind, why) in rows {
-            let (out, r) = outcome(family, &signal);
+            let (out, r) = outcome(family, &signal, declared);
             let verdict = classify(out, declared, read);
             assert_eq!(verdict.kind, kind, "{name}");
             assert_eq!(verdict.class, kind.class(), "{name}");

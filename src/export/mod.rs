@@ -221,6 +221,20 @@ impl Exporter {
         Some(batch)
     }
 
+    /// Every request queued, taken as if sent: what the pipeline's tests read of what it
+    /// forwards.
+    #[cfg(test)]
+    pub(crate) fn take_queued(&self) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        while let Some(batch) = self.next_batch() {
+            for item in batch {
+                self.done(item.spans, item.body.len());
+                out.push(item.body);
+            }
+        }
+        out
+    }
+
     fn done(&self, spans: usize, bytes: usize) {
         self.release(spans, bytes);
     }

@@ -232,6 +232,27 @@ pub(super) const EXPORTER_FAILED: Family = Family {
     labels: &["reason"],
 };
 
+/// `refusal_gate_exporter_untagged_spans_total`.
+pub(super) const EXPORTER_UNTAGGED: Family = Family {
+    name: "refusal_gate_exporter_untagged_spans_total",
+    help: "Spans forwarded without their call's verdict because they could not be withheld until it was final (held_full: tracker.max_held_spans or max_held_mib reached; shutdown).",
+    labels: &["reason"],
+};
+
+/// `refusal_gate_exporter_withheld_spans`.
+pub(super) const EXPORTER_WITHHELD: Family = Family {
+    name: "refusal_gate_exporter_withheld_spans",
+    help: "Spans withheld from forwarding until their call's verdict is final (at most tracker.reorder_window).",
+    labels: &[],
+};
+
+/// `refusal_gate_exporter_withheld_bytes`.
+pub(super) const EXPORTER_WITHHELD_BYTES: Family = Family {
+    name: "refusal_gate_exporter_withheld_bytes",
+    help: "Bytes those withheld spans take (tracker.max_held_mib).",
+    labels: &[],
+};
+
 /// `refusal_gate_exporter_queue_spans`.
 pub(super) const EXPORTER_QUEUE: Family = Family {
     name: "refusal_gate_exporter_queue_spans",

@@ -33,6 +33,10 @@ use pairs::{Names, Pair, PairFamilies, Series, Slot};
 /// The label value that stands for every value past a cap.
 pub const OVERFLOW: &str = "__overflow__";
 
+/// Why a span was forwarded without its call's verdict (DESIGN §11.5): the
+/// `refusal_gate_exporter_untagged_spans_total` label values.
+pub const UNTAGGED: [&str; 2] = ["held_full", "shutdown"];
+
 /// The counters the exporter keeps.
 pub struct ExportMetrics {
     /// `refusal_gate_exporter_sent_spans_total`.
@@ -173,6 +177,9 @@ pub struct Metrics {
     exporter_failed: IntCounterVec,
     exporter_queue: IntGauge,
     exporter_queue_bytes: IntGauge,
+    exporter_untagged: IntCounterVec,
+    exporter_withheld: IntGauge,
+    exporter_withheld_bytes: IntGauge,
 }
 
 impl Metrics {
@@ -198,6 +205,10 @@ impl Metrics {
         }
         for transport in [Transport::Grpc, Transport::Http] {
             refused_spans.with_label_values(&[transport.as_str(), "malformed_span"]);
+        }
+        let exporter_untagged = f::EXPORTER_UNTAGGED.counter_vec(&r);
+        for reason in UNTAGGED {
+            exporter_untagged.with_label_values(&[reason]);
         }
         let transports = [Transport::Grpc, Transport::Http];
         Metrics {
@@ -238,6 +249,9 @@ impl Metrics {
             exporter_failed: f::EXPORTER_FAILED.counter_vec(&r),
             exporter_queue: f::EXPORTER_QUEUE.gauge(&r),
             exporter_queue_bytes: f::EXPORTER_QUEUE_BYTES.gauge(&r),
+            exporter_untagged,
+            exporter_withheld: f::EXPORTER_WITHHELD.gauge(&r),
+            exporter_withheld_bytes: f::EXPORTER_WITHHELD_BYTES.gauge(&r),
             registry: r,
         }
     }
@@ -424,6 +438,22 @@ impl Metrics {
         self.held_spans
             .set(i64::try_from(spans).unwrap_or(i64::MAX));
         self.held_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Counts `spans` forwarded untagged because they could not be withheld for their call's
+    /// verdict, for `reason` (one of [`UNTAGGED`]).
+    pub fn untagged(&self, reason: &str, spans: usize) {
+        self.exporter_untagged
+            .with_label_values(&[reason])
+            .inc_by(spans as u64);
+    }
+
+    /// Sets the gauges of the spans withheld from forwarding.
+    pub fn set_withheld(&self, spans: usize, bytes: usize) {
+        self.exporter_withheld
+            .set(i64::try_from(spans).unwrap_or(i64::MAX));
+        self.exporter_withheld_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     }
 

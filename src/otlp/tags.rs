@@ -19,12 +19,19 @@ pub enum Tag<'a> {
 }
 
 /// The attributes to append to each span of one request, in one buffer: span `i`'s are the
-/// bytes of `spans[i]` (empty for a span that gets none).
+/// bytes of `spans[i]` (empty for a span that gets none). A span may also be *withheld*: left
+/// out of the request when it is forwarded, to leave later on its own with its call's verdict
+/// (DESIGN §11.5); its tags are kept for that.
 #[derive(Debug, Default)]
 pub struct SpanTags {
     bytes: Vec<u8>,
+    /// Each span's tags as (start, length); the length's top bit says it is withheld.
     spans: Vec<(u32, u32)>,
+    withheld: usize,
 }
+
+/// The bit of a span's tag length that says it is withheld (tags are never 2 GiB).
+const WITHHELD: u32 = 1 << 31;
 
 impl SpanTags {
     /// Room for `spans` spans of about `bytes_per_span` bytes of tags each, reserved at once
@@ -33,6 +40,7 @@ impl SpanTags {
         SpanTags {
             bytes: Vec::with_capacity(spans.saturating_mul(bytes_per_span)),
             spans: Vec::with_capacity(spans),
+            withheld: 0,
         }
     }
 
@@ -42,7 +50,7 @@ impl SpanTags {
         self.spans.len() - 1
     }
 
-    /// Sets span `i`'s tags to what `write` appends to the buffer.
+    /// Sets span `i`'s tags to what `write` appends to the buffer; it is no longer withheld.
     pub fn write(&mut self, i: usize, write: impl FnOnce(&mut Vec<u8>)) {
         let start = self.bytes.len();
         write(&mut self.bytes);
@@ -50,10 +58,33 @@ impl SpanTags {
         if let (Some(slot), Ok(start), Ok(len)) = (
             self.spans.get_mut(i),
             u32::try_from(start),
-            u32::try_from(len),
+            u32::try_from(len).map(|l| l & !WITHHELD),
         ) {
+            if slot.1 & WITHHELD != 0 {
+                self.withheld -= 1;
+            }
             *slot = (start, len);
         }
+    }
+
+    /// Withholds span `i` from the request's forwarding, its tags kept.
+    pub fn withhold(&mut self, i: usize) {
+        if let Some(slot) = self.spans.get_mut(i) {
+            if slot.1 & WITHHELD == 0 {
+                slot.1 |= WITHHELD;
+                self.withheld += 1;
+            }
+        }
+    }
+
+    /// Whether span `i` is withheld.
+    pub fn is_withheld(&self, i: usize) -> bool {
+        self.spans.get(i).is_some_and(|s| s.1 & WITHHELD != 0)
+    }
+
+    /// How many spans are withheld.
+    pub fn withheld(&self) -> usize {
+        self.withheld
     }
 
     /// How many spans it holds.
@@ -69,6 +100,7 @@ impl SpanTags {
     /// Span `i`'s tags: empty when it has none (or there is no such span).
     pub fn get(&self, i: usize) -> &[u8] {
         self.spans.get(i).map_or(&[], |&(start, len)| {
+            let len = len & !WITHHELD;
             &self.bytes[start as usize..(start + len) as usize]
         })
     }
@@ -109,6 +141,30 @@ pub fn push(out: &mut Vec<u8>, key: &str, value: Tag<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_withheld_span_keeps_its_tags_until_written_again() {
+        let mut tags = SpanTags::default();
+        let (a, b) = (tags.push_span(), tags.push_span());
+        tags.write(a, |out| out.extend_from_slice(b"aa"));
+        tags.withhold(a);
+        tags.withhold(a);
+        tags.withhold(b);
+        assert_eq!(
+            (tags.withheld(), tags.get(a)),
+            (2, &b"aa"[..]),
+            "counted once"
+        );
+        assert!(tags.is_withheld(a) && tags.is_withheld(b));
+        tags.write(a, |out| out.extend_from_slice(b"ccc"));
+        assert_eq!((tags.withheld(), tags.get(a)), (1, &b"ccc"[..]));
+        assert!(!tags.is_withheld(a) && tags.is_withheld(b));
+        tags.write(b, |_| {});
+        assert_eq!((tags.withheld(), tags.get(b)), (0, &b""[..]));
+        assert!(!tags.is_withheld(2), "no such span");
+        tags.withhold(2);
+        assert_eq!(tags.withheld(), 0);
+    }
     use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 
     #[test]

@@ -10,6 +10,7 @@
 mod assemble;
 pub mod calls;
 pub mod error;
+mod outbox;
 pub mod place;
 
 pub use crate::otlp::Transport;
@@ -69,6 +70,13 @@ pub struct Pipeline {
     calls: Mutex<calls::Calls>,
     /// How many spans `calls` keeps, read without its lock.
     held: AtomicUsize,
+    /// The spans withheld from forwarding until their call's verdict is final (DESIGN §11.5).
+    /// One std `Mutex`, taken only when forwarding and a request withholds a span or may
+    /// count a call one was withheld for (`withheld` > 0), and by the sweep; inside `calls`'
+    /// lock when both are taken, never the other way round, never across an `.await`.
+    outbox: Mutex<outbox::Outbox>,
+    /// How many spans `outbox` holds, read without its lock.
+    withheld: AtomicUsize,
     /// Held while verdicts are settled and until they are counted ([`Pipeline::settle`],
     /// [`Pipeline::sweep`], [`Pipeline::finish`]): a scrape that settles during a sweep waits
     /// for the sweep's verdicts to be counted rather than reading the counters without them.
@@ -104,6 +112,8 @@ struct Staged<'a> {
     /// When tagging: its span's index among the tags, and where its tags that do not depend
     /// on the verdict stand in [`RequestState::placed`].
     tag: Option<(usize, std::ops::Range<usize>)>,
+    /// Its call may still change (its server's span may come): withheld once tagged.
+    withhold: bool,
 }
 
 impl Pipeline {
@@ -116,6 +126,11 @@ impl Pipeline {
     ) -> Pipeline {
         let (alerts, deliveries, watchers_refused) = metrics.alert_counters();
         let calls = calls::Calls::new(
+            tracker.reorder_window(),
+            tracker.max_held_spans(),
+            tracker.max_held_bytes(),
+        );
+        let outbox = outbox::Outbox::new(
             tracker.reorder_window(),
             tracker.max_held_spans(),
             tracker.max_held_bytes(),
@@ -136,6 +151,8 @@ impl Pipeline {
             max_attributes: extract::DEFAULT_MAX_ATTRIBUTES,
             calls: Mutex::new(calls),
             held: AtomicUsize::new(0),
+            outbox: Mutex::new(outbox),
+            withheld: AtomicUsize::new(0),
             settling: Mutex::new(()),
         }
     }
@@ -216,6 +233,13 @@ impl Pipeline {
 
     fn calls(&self) -> MutexGuard<'_, calls::Calls> {
         self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The outbox, locked, when forwarding and it holds spans (or `always`): what counting a
+    /// call gives the verdicts of its withheld spans to.
+    fn outbox(&self, always: bool) -> Option<MutexGuard<'_, outbox::Outbox>> {
+        (self.exporter.is_some() && (always || self.withheld.load(Ordering::Relaxed) > 0))
+            .then(|| self.outbox.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     fn settling(&self) -> MutexGuard<'_, ()> {
@@ -319,15 +343,25 @@ impl Pipeline {
                     unit,
                 });
             }
-            Reservation::Granted | Reservation::Dropped => {}
+            Reservation::Dropped => {
+                // Nothing of it is forwarded: nothing to tag.
+                let summary = self
+                    .ingest_in(transport, (body, owner), left_out, now, None)
+                    .0;
+                self.forward_ready(None);
+                return Ok(summary);
+            }
+            Reservation::Granted => {}
         }
         let mut tags = SpanTags::with_capacity(spans, TAG_BYTES);
         let body = (body, owner);
         let (summary, malformed_at) =
             self.ingest_in(transport, body, left_out, now, Some(&mut tags));
         let (body, _) = body;
-        if reservation == Reservation::Granted {
-            let forwarded = spans - malformed_at.len();
+        {
+            // The withheld spans (in the outbox now) keep their room in the queue until they
+            // leave.
+            let forwarded = spans - malformed_at.len() - tags.withheld();
             exporter.release(malformed_at.len(), 0);
             match frame::retag(body, &malformed_at, &tags) {
                 Ok(tagged) => exporter.push(tagged, forwarded, body.len()),
@@ -338,7 +372,91 @@ impl Pipeline {
                 }
             }
         }
+        self.forward_ready(None);
         Ok(summary)
+    }
+
+    /// Moves the spans `tags` withholds into `outbox`, each with its tags so far; one that
+    /// does not fit is forwarded with the request, untagged, and counted (DESIGN §11.5). Done
+    /// under the calls' lock, so that a request that counts their call finds them.
+    fn withhold(
+        &self,
+        outbox: &mut outbox::Outbox,
+        (body, malformed_at): (&[u8], &[u32]),
+        tags: &mut SpanTags,
+        now: Nanos,
+    ) {
+        if tags.withheld() == 0 {
+            return;
+        }
+        let parcels = match frame::withheld(body, malformed_at, tags) {
+            Ok(parcels) => parcels,
+            Err(e) => {
+                // The framing was checked first, on the same reader: this cannot happen.
+                tracing::error!(error = %e, "Could not read out the spans withheld from forwarding.");
+                Vec::new()
+            }
+        };
+        let mut full = 0;
+        for w in parcels {
+            let held = wire::SpanRef::parse(w.span).is_ok_and(|span| {
+                let parcel = outbox::Parcel {
+                    envelope: w.envelope,
+                    span: w.span.into(),
+                    tags: tags.get(w.tag).to_vec(),
+                    since: now,
+                };
+                outbox.hold(calls::key(span.trace_id(), span.span_id()), parcel)
+            });
+            if !held {
+                tags.write(w.tag, |_| {});
+                full += 1;
+            }
+        }
+        if full > 0 {
+            self.metrics.untagged("held_full", full);
+        }
+        self.outbox_gauges(outbox);
+    }
+
+    fn outbox_gauges(&self, outbox: &outbox::Outbox) {
+        self.withheld.store(outbox.len(), Ordering::Relaxed);
+        self.metrics.set_withheld(outbox.len(), outbox.bytes());
+    }
+
+    /// Queues the withheld spans whose call's verdict is final: those `outbox` (locked by the
+    /// caller) or the outbox has ready.
+    fn forward_ready(&self, outbox: Option<&mut outbox::Outbox>) {
+        let Some(exporter) = &self.exporter else {
+            return;
+        };
+        let ready = match outbox {
+            Some(outbox) => outbox.take_ready(),
+            None => match self.outbox(false) {
+                Some(mut outbox) if outbox.has_ready() => outbox.take_ready(),
+                _ => return,
+            },
+        };
+        if !ready.is_empty() {
+            exporter.push(outbox::frame(&ready), ready.len(), 0);
+        }
+    }
+
+    /// At shutdown, once the last verdicts are counted: every withheld span leaves, those
+    /// whose call's verdict is not final untagged (counted).
+    pub fn forward_withheld(&self) {
+        let (Some(exporter), Some(mut outbox)) = (&self.exporter, self.outbox(true)) else {
+            return;
+        };
+        let (all, untagged) = outbox.take_all();
+        self.outbox_gauges(&outbox);
+        drop(outbox);
+        if untagged > 0 {
+            self.metrics.untagged("shutdown", untagged);
+        }
+        if !all.is_empty() {
+            exporter.push(outbox::frame(&all), all.len(), 0);
+        }
     }
 
     /// Runs a protobuf request whose framing [`frame::check`] accepted through extract →
@@ -441,7 +559,13 @@ impl Pipeline {
             assemble::wrappers(&joins.members, &mut joins.nodes);
         }
         if !joins.is_empty() {
-            self.assemble(&mut request, &interfaces, joins, (body, owner));
+            let body = (body, owner, &malformed_at[..]);
+            self.assemble(&mut request, &interfaces, joins, body);
+        } else if let Some(tags) = request.tags.as_deref_mut().filter(|t| t.withheld() > 0) {
+            // Withheld only with a call to join (assemble withholds them): never so far.
+            if let Some(mut outbox) = self.outbox(true) {
+                self.withhold(&mut outbox, (body, &malformed_at), tags, now);
+            }
         }
         self.finish_request(transport, &request.summary, &request.events, now);
         (request.summary, malformed_at)
@@ -535,27 +659,25 @@ impl Pipeline {
         r.summary.attempts += 1;
         let p = self.place(interfaces, attempt, client.id);
         let labels = self.labels(client, p.group.interface, p.interface_name);
-        // Its call may still be joined: one on an observed interface by its server's spans (its
-        // verdict until then is not the call's: forwarded without one), one that names no
-        // server by a request under it or a server span that places it, and any that can have
-        // a part under it by that part, should it come late (SDKs end children first, but
-        // exports can come out of order).
-        let awaits_server =
-            interfaces.any_observed() && interfaces.client_from(p.interface).is_some();
+        // Its call may still be joined: one on an observed interface by its server's spans, one
+        // that names no server by a request under it or a server span that places it, and any
+        // that can have a part under it by that part, should it come late (SDKs end children
+        // first, but exports can come out of order). Until its server's span comes, its
+        // verdict is not the call's: it is withheld from forwarding (DESIGN §11.5).
+        let awaits_server = interfaces.any_observed()
+            && (interfaces.client_from(p.interface).is_some() || attempt.origin.is_none());
         let awaited = awaits_server || attempt.origin.is_none();
         let memory = Memory::of(awaited, attempt.family != extract::Family::Http);
         // Spans tagged upstream are forwarded as they came.
-        let tag = slot
-            .filter(|_| !attempt.tagged && !awaits_server)
-            .map(|at| {
-                use std::fmt::Write;
-                r.reason.clear();
-                let _ = write!(r.reason, "{}", p.reason);
-                let start = r.placed.len();
-                let max = self.metrics.max_label_bytes();
-                place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
-                (at, start..r.placed.len())
-            });
+        let tag = slot.filter(|_| !attempt.tagged).map(|at| {
+            use std::fmt::Write;
+            r.reason.clear();
+            let _ = write!(r.reason, "{}", p.reason);
+            let start = r.placed.len();
+            let max = self.metrics.max_label_bytes();
+            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
+            (at, start..r.placed.len())
+        });
         let obs = place::observation(&p, attempt, labels);
         match memory {
             Some(Memory::Remembered) => {
@@ -582,6 +704,7 @@ impl Pipeline {
             obs,
             operation: attempt.operation,
             tag,
+            withhold: awaits_server,
         });
         if staged.len() == STAGED {
             self.flush(r, staged);
@@ -617,6 +740,9 @@ impl Pipeline {
                         out.extend_from_slice(&placed[range.clone()]);
                         place::write_verdict_tags(out, &judgement);
                     });
+                    if staged[i].withhold {
+                        tags.withhold(*at);
+                    }
                 }
             },
         );

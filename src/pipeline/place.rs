@@ -144,13 +144,13 @@ impl Pipeline {
         client: u64,
     ) -> Placed<'i> {
         let interface_name = interfaces.name(interface);
-        let (mut outcome, reason) = classify::outcome(attempt.family, &attempt.signal);
         // A tool, prompt or resource the server does not have is an undeclared operation
         // (DESIGN §12.3), whatever its path.
         let declared = match attempt.signal.said {
             extract::Said::UnknownOperation => Declared::No,
             _ => interfaces.declared(interface, path),
         };
+        let (mut outcome, reason) = classify::outcome(attempt.family, &attempt.signal, declared);
         let succeeded = outcome == classify::Outcome::Ok;
         let mcp = match interface {
             InterfaceRef::Configured(i) => interfaces
@@ -158,7 +158,9 @@ impl Pipeline {
                 .is_some_and(|i| i.protocol == Protocol::Mcp),
             _ => false,
         };
-        let stream = is_stream(attempt);
+        // A GET or DELETE to a path the interface does not declare is no part of its
+        // transport (DESIGN §12.4, contract 6): an ordinary http attempt.
+        let stream = is_stream(attempt) && declared != Declared::No;
         let session = attempt.request.session;
         let discovery = extract::discovery(attempt, succeeded, interfaces, interface);
         let operation = self.id(attempt.operation);
@@ -192,7 +194,12 @@ impl Pipeline {
                 attempt,
                 (interfaces, interface, path),
                 (outcome, declared, discovery),
-                || self.about(attempt, Some(operation)),
+                || {
+                    (
+                        self.about(attempt, Some(operation)),
+                        Testimony::client(client),
+                    )
+                },
             ),
             asked: Asked {
                 version: attempt.request.version,
@@ -216,12 +223,13 @@ impl Pipeline {
 /// refused what it declares (a 405 for a method the endpoint lists, `UNIMPLEMENTED` for a
 /// declared gRPC method, a 404 on a declared path that is one resource). An attempt that
 /// names no server says nothing; a request for the discovery document is no operation of
-/// the document's.
+/// the document's. `about` gives the operation and the witness (the client; a caller that
+/// joined the server's side of the call makes it [`crate::tracker::honesty::SERVER`]).
 fn testimony(
     attempt: &Attempt<'_>,
     (interfaces, interface, path): (&Interfaces, InterfaceRef<'_>, Option<&str>),
     (outcome, declared, discovery): (classify::Outcome, Declared, extract::Discovery),
-    about: impl FnOnce() -> u64,
+    about: impl FnOnce() -> (u64, u32),
 ) -> Testimony {
     use classify::Outcome;
     use extract::Family;
@@ -246,11 +254,13 @@ fn testimony(
     if !(refused || served || drift.is_some()) {
         return Testimony::default();
     }
+    let (about, witness) = about();
     Testimony {
-        about: about(),
+        about,
         refused,
         served,
         drift,
+        witness,
     }
 }
 

@@ -29,6 +29,55 @@ interfaces:
     Pipeline::from_config(&crate::config::Config::parse(&config).expect("valid"))
 }
 
+/// `p`, forwarding to a next hop nobody sends to: what it forwards stays in its queue
+/// ([`forwarded`]).
+fn forwarding(p: Pipeline) -> Pipeline {
+    let config =
+        crate::config::Config::parse("exporters: { otlp: { endpoint: http://127.0.0.1:9 } }")
+            .expect("valid");
+    p.with_exporter(config.exporters.otlp.as_ref().expect("an exporter"))
+}
+
+/// A forwarded span: its id and its `refusal_gate.*` tags (the prefix taken off), as strings.
+type Forwarded = (Vec<u8>, Vec<(String, String)>);
+
+/// Each span `p` forwarded since the last call, in order.
+fn forwarded(p: &Pipeline) -> Vec<Forwarded> {
+    let exporter = p.exporter().expect("forwarding");
+    let mut out = Vec::new();
+    for body in exporter.take_queued() {
+        let request = ExportTraceServiceRequest::decode(&body[..]).expect("a valid request");
+        for span in request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+        {
+            let tags = span
+                .attributes
+                .iter()
+                .filter_map(|kv| {
+                    let key = kv.key.strip_prefix("refusal_gate.")?;
+                    let value = match kv.value.as_ref()?.value.as_ref()? {
+                        any_value::Value::StringValue(s) => s.clone(),
+                        any_value::Value::IntValue(i) => i.to_string(),
+                        any_value::Value::BoolValue(b) => b.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    Some((key.to_owned(), value))
+                })
+                .collect();
+            out.push((span.span_id.clone(), tags));
+        }
+    }
+    out
+}
+
+/// One tag of a forwarded span.
+fn tag<'t>(tags: &'t [(String, String)], key: &str) -> Option<&'t str> {
+    tags.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
 fn request(spans: usize) -> ExportTraceServiceRequest {
     let span = Span {
         name: "GET".into(),
@@ -574,8 +623,8 @@ mod server_view {
     }
 
     #[test]
-    fn a_client_span_whose_server_is_observed_is_not_tagged_before_the_servers_span_comes() {
-        let p = pipeline();
+    fn a_client_span_whose_server_is_observed_is_withheld_until_the_servers_span_comes() {
+        let p = forwarding(pipeline());
         // A request under the agent's own span (9), both in one export.
         let mut client = span(
             3,
@@ -588,19 +637,27 @@ mod server_view {
         );
         client.attributes.push(i("http.response.status_code", 200));
         let agent = span(1, 9, 0, &[("gen_ai.operation.name", "invoke_agent")]);
-        let mut tags = SpanTags::default();
         let body = body("my-agent", vec![client, agent]);
-        let (summary, _) = p.ingest(Transport::Grpc, &body, 0, 1, Some(&mut tags));
+        let summary = p
+            .handle(Transport::Grpc, &body, Encoding::Protobuf, 1)
+            .expect("accepted");
         assert_eq!(summary.attempts, 1);
-        assert!(
-            tags.get(0).is_empty(),
-            "its verdict is not the call's yet: {:?}",
-            String::from_utf8_lossy(tags.get(0))
+        let now = forwarded(&p);
+        assert_eq!(
+            now.iter().map(|(id, _)| id[0]).collect::<Vec<_>>(),
+            [9],
+            "the agent's own span at once; the client's withheld: its verdict is not the call's yet"
         );
         // Its server's span, later: the call, counted once, by the client that sent it (the
-        // client's span remembered for it: the server's is not held, nor counted on its own).
+        // client's span remembered for it: the server's is not held, nor counted on its own),
+        // and the client's span leaves with the call's verdict.
         send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 2);
         assert_eq!(p.calls().held(), 0);
+        let later = forwarded(&p);
+        let client = later.iter().find(|(id, _)| id[0] == 1).expect("forwarded");
+        assert_eq!(tag(&client.1, "interface"), Some("weather"));
+        assert_eq!(tag(&client.1, "class"), Some("ok"));
+        assert_eq!(later.len(), 2, "and the server's span: {later:?}");
         p.sweep(p.tracker().reorder_window() + 10);
         assert_eq!(attempts(&p, "my-agent"), 1);
         assert_eq!(attempts(&p, "planner/1.0"), 0);
@@ -1031,4 +1088,42 @@ fn a_post_to_an_mcp_endpoint_shows_a_session_as_an_mcp_request_does() {
         "the stream is no request"
     );
     assert!(!in_session(http("DELETE", "/mcp", 200)));
+}
+
+#[test]
+fn only_a_get_or_delete_on_a_declared_path_is_the_transports_own_part() {
+    use crate::otlp::fixtures::{i, s, span};
+    let pipeline = weather_observed_by("weather-server");
+    let interfaces = pipeline.catalog().current();
+    let place = |method: &str, path: &str, session: Option<&str>| {
+        let mut attrs = vec![
+            s("http.request.method", method),
+            s("url.full", &format!("http://mcp.test:8080{path}")),
+            i("http.response.status_code", 405),
+        ];
+        attrs.extend(session.map(|id| s("mcp.session.id", id)));
+        let sp = span("x", attrs);
+        let a = extract::extract(extract::client_of(&[]), &&sp, 64).expect("attempt");
+        let p = pipeline.place(&interfaces, &a, 0);
+        (p.asked.sessionless, p.operation)
+    };
+    // The MCP endpoint's GET: the transport's part, told apart by its session (DESIGN §12.4).
+    assert!(place("GET", "/mcp", None).0);
+    assert!(place("DELETE", "/mcp", None).0);
+    assert_ne!(
+        place("GET", "/mcp", Some("a")).1,
+        place("GET", "/mcp", Some("b")).1
+    );
+    // A path the interface does not declare (contract 6): an ordinary http attempt, the same
+    // question in every session.
+    assert!(!place("GET", "/mcp/sse", None).0);
+    assert!(!place("DELETE", "/mcp/sse", None).0);
+    assert_eq!(
+        place("GET", "/mcp/sse", Some("a")).1,
+        place("GET", "/mcp/sse", Some("b")).1
+    );
+    assert_eq!(
+        place("GET", "/mcp/sse", Some("a")).1,
+        place("GET", "/mcp/sse", None).1
+    );
 }

@@ -3,13 +3,17 @@
 //! document — from every client, and the contradictions that follow: a refusal and a success
 //! of the same operation within `honesty_window` of each other, whichever came first.
 //!
+//! No single sender names an interface (contract 6, DESIGN §13 "Witnesses"): the refusal and
+//! the success of a contradiction come from two different clients, a drift is shown by two
+//! clients within the window — or the interface's own SERVER spans say it, alone or joined
+//! with a client's. What one client alone shows waits for a second witness.
+//!
 //! Core: pure. The tracker owns a [`Witness`] and feeds it each new attempt's [`Testimony`];
-//! it returns the contradictions to count. Each is counted once when first seen, and again
-//! only after a whole window without it, whatever the order the spans arrive in. Memory is
-//! bounded: at most `cap` operations are remembered (some 420 bytes each with the table's
-//! room, `examples/key_memory` with `WITNESS=1`); past it, new ones
-//! go unremembered until the quiet ones are forgotten, a window after their last attempt
-//! arrived.
+//! it returns the contradictions to count. Each is counted once when first seen (confirmed),
+//! and again only after a whole window without it, whatever the order the spans arrive in.
+//! Memory is bounded: at most `cap` operations are remembered (some 500 bytes each with the
+//! table's room, `examples/key_memory` with `WITNESS=1`); past it, new ones go unremembered
+//! until the quiet ones are forgotten, a window after their last attempt arrived.
 
 use super::Nanos;
 use foldhash::HashMap;
@@ -55,19 +59,54 @@ pub struct Testimony {
     pub served: bool,
     /// It contradicted the interface's document, and how.
     pub drift: Option<Contradiction>,
+    /// Who says it: [`SERVER`], the interface's own SERVER spans (alone or joined with a
+    /// client's), or a client, by a fingerprint of its (`service.name`, instance)
+    /// ([`Testimony::client`]).
+    pub witness: u32,
+}
+
+/// The witness that is the interface's own server: it needs no second one.
+pub const SERVER: u32 = 0;
+
+impl Testimony {
+    /// The witness for client `id` (a hash of its name and instance), never [`SERVER`].
+    pub fn client(id: u64) -> u32 {
+        ((id ^ (id >> 32)) as u32).max(1)
+    }
 }
 
 /// The refusals or successes of one operation kept: the latest few, enough to find one
 /// within a window of any other in all but a storm of both.
 const KEPT: usize = 4;
 
+/// The latest times one side of an operation was seen, with who saw each.
+#[derive(Debug, Clone, Copy, Default)]
+struct Times {
+    /// Starts, sorted; 0 for none.
+    at: [Nanos; KEPT],
+    /// The witness of each.
+    by: [u32; KEPT],
+}
+
+/// The latest time each of the last two witnesses showed a drift of one kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Shown {
+    /// Starts; 0 for none.
+    at: [Nanos; 2],
+    /// The witness of each.
+    by: [u32; 2],
+}
+
 /// What is remembered of one operation on one interface.
 #[derive(Debug, Clone, Default)]
 struct Record {
-    /// The latest refusals' starts, sorted; 0 for none.
-    refused: [Nanos; KEPT],
-    /// The latest successes' starts, sorted; 0 for none.
-    served: [Nanos; KEPT],
+    /// The latest refusals.
+    refused: Times,
+    /// The latest successes.
+    served: Times,
+    /// Per drift kind (undeclared served, declared refused), who showed it last, while it
+    /// waits for a second witness.
+    shown: [Shown; 2],
     /// Per kind, the earliest and latest time it was seen: it is counted again only when seen
     /// a whole window outside them.
     seen: [Option<(Nanos, Nanos)>; 3],
@@ -135,8 +174,8 @@ impl Witness {
             } else {
                 (&mut record.served, &record.refused)
             };
-            keep(mine, at);
-            let pair = within(other, at, window);
+            keep(mine, at, t.witness);
+            let pair = within(other, at, t.witness, window);
             let other_trace = record.traces[1 - side];
             record.traces[side] = trace;
             if let Some(pair) = pair {
@@ -151,7 +190,10 @@ impl Witness {
             }
         }
         if let Some(kind) = t.drift {
-            found[1] = counted(record, kind, at, window);
+            let shown = &mut record.shown[usize::from(kind == Contradiction::DeclaredRefused)];
+            if let Some(confirmed) = second(shown, at, t.witness, window) {
+                found[1] = counted(record, kind, confirmed, window);
+            }
         }
         (found, false)
     }
@@ -183,31 +225,78 @@ impl Witness {
     }
 }
 
-/// Keeps `at` among the latest [`KEPT`] times of `times` (sorted, 0 for an empty place): the
-/// smaller ones move down a place and the smallest leaves (no sort: nearly always `at` is the
-/// latest, and goes last).
-fn keep(times: &mut [Nanos; KEPT], at: Nanos) {
-    if at <= times[0] || times.contains(&at) {
+/// Keeps `at`, seen by `by`, among the latest [`KEPT`] times of `times` (sorted, 0 for an
+/// empty place): the smaller ones move down a place and the smallest leaves (no sort: nearly
+/// always `at` is the latest, and goes last).
+fn keep(times: &mut Times, at: Nanos, by: u32) {
+    let seen = times
+        .at
+        .iter()
+        .zip(&times.by)
+        .any(|(t, b)| *t == at && *b == by);
+    if at <= times.at[0] || seen {
         return;
     }
     let mut i = 0;
-    while i + 1 < KEPT && times[i + 1] < at {
-        times[i] = times[i + 1];
+    while i + 1 < KEPT && times.at[i + 1] < at {
+        times.at[i] = times.at[i + 1];
+        times.by[i] = times.by[i + 1];
         i += 1;
     }
-    times[i] = at;
+    times.at[i] = at;
+    times.by[i] = by;
 }
 
-/// A time of `times` within `window` of `at`, when one is.
-fn within(times: &[Nanos; KEPT], at: Nanos, window: Nanos) -> Option<Nanos> {
-    if times[KEPT - 1] == 0 {
+/// Whether two witnesses are two: either is the server, or they are different clients.
+fn two(a: u32, b: u32) -> bool {
+    a == SERVER || b == SERVER || a != b
+}
+
+/// A time of `times` within `window` of `at` that another witness than `by` saw, when one is.
+fn within(times: &Times, at: Nanos, by: u32, window: Nanos) -> Option<Nanos> {
+    if times.at[KEPT - 1] == 0 {
         return None;
     }
     times
+        .at
         .iter()
-        .copied()
-        .filter(|t| *t != 0)
-        .find(|t| t.abs_diff(at) <= window)
+        .zip(&times.by)
+        .find(|&(&t, &b)| t != 0 && t.abs_diff(at) <= window && two(by, b))
+        .map(|(&t, _)| t)
+}
+
+/// Notes a drift shown at `at` by `by`: when the server shows it, or another witness showed
+/// it within `window`, it is confirmed, at the later of the two. Each of the last two
+/// witnesses is remembered with the latest time it showed it.
+fn second(shown: &mut Shown, at: Nanos, by: u32, window: Nanos) -> Option<Nanos> {
+    let confirmed = if by == SERVER {
+        Some(at)
+    } else {
+        shown
+            .at
+            .iter()
+            .zip(&shown.by)
+            .find(|&(&t, &b)| t != 0 && b != by && t.abs_diff(at) <= window)
+            .map(|(&t, _)| t.max(at))
+    };
+    // Its own place when it has one (its latest time kept), else the older one's when this
+    // is later.
+    match shown
+        .at
+        .iter()
+        .zip(&shown.by)
+        .position(|(&t, &b)| t != 0 && b == by)
+    {
+        Some(i) => shown.at[i] = shown.at[i].max(at),
+        None => {
+            let i = usize::from(shown.at[1] < shown.at[0]);
+            if at > shown.at[i] {
+                shown.at[i] = at;
+                shown.by[i] = by;
+            }
+        }
+    }
+    confirmed
 }
 
 /// Notes `kind` seen at `at`: it is counted when it was never seen, or `at` is a whole window
@@ -388,14 +477,128 @@ mod tests {
     }
 
     #[test]
-    fn the_latest_times_are_kept() {
-        let mut times = [0; KEPT];
-        for t in [5, 1, 9, 3, 9, 7] {
-            keep(&mut times, t);
+    fn the_latest_times_are_kept_with_their_witnesses() {
+        let mut times = Times::default();
+        for (t, by) in [(5, 1), (1, 1), (9, 2), (3, 1), (9, 2), (7, 3), (9, 4)] {
+            keep(&mut times, t, by);
         }
-        assert_eq!(times, [3, 5, 7, 9]);
-        assert_eq!(within(&times, 20, 11), Some(9));
-        assert_eq!(within(&times, 20, 10), None);
-        assert_eq!(within(&[0; KEPT], 5, 10), None, "an empty place is no time");
+        assert_eq!(times.at, [5, 7, 9, 9]);
+        assert_eq!(
+            times.by,
+            [1, 3, 4, 2],
+            "the same time by two witnesses kept twice"
+        );
+        assert_eq!(within(&times, 20, 1, 11), Some(9));
+        assert_eq!(within(&times, 20, 1, 10), None);
+        assert_eq!(within(&times, 14, 3, 9), Some(5), "another client's");
+        assert_eq!(within(&times, 14, 1, 9), Some(7), "never the same client's");
+        let mine = Times {
+            at: [0, 0, 5, 9],
+            by: [0, 0, 3, 3],
+        };
+        assert_eq!(within(&mine, 9, 3, 10), None, "its own");
+        assert_eq!(
+            within(&mine, 9, SERVER, 10),
+            Some(5),
+            "the server needs no other"
+        );
+        let servers = Times {
+            at: [0, 0, 0, 9],
+            by: [0, 0, 0, SERVER],
+        };
+        assert_eq!(within(&servers, 9, 3, 10), Some(9));
+        assert_eq!(
+            within(&Times::default(), 5, 1, 10),
+            None,
+            "an empty place is no time"
+        );
+    }
+
+    fn by(witness: u32, t: Testimony) -> Testimony {
+        Testimony { witness, ..t }
+    }
+
+    #[test]
+    fn one_client_alone_names_no_interface() {
+        let rc = Contradiction::RefusalContradicted;
+        // Its own refusal, then its own success: nothing, until another client's success.
+        let mut w = Witness::new(10, W);
+        let notes = [
+            (by(7, refused(1)), 100),
+            (by(7, served(1)), 200),
+            (by(7, refused(1)), 300),
+            (by(8, served(1)), 400),
+        ];
+        assert_eq!(kinds(&mut w, &notes), [(rc, 400)]);
+        assert!(w.contradicted(1, 1, 400));
+        let mut alone = Witness::new(10, W);
+        kinds(
+            &mut alone,
+            &[(by(7, refused(1)), 100), (by(7, served(1)), 200)],
+        );
+        assert!(
+            !alone.contradicted(1, 1, 200),
+            "the Gate is not told either"
+        );
+        // Either half from the server's own spans: that is enough.
+        for pair in [
+            [(by(SERVER, refused(1)), 100), (by(7, served(1)), 200)],
+            [(by(7, refused(1)), 100), (by(SERVER, served(1)), 200)],
+        ] {
+            let mut w = Witness::new(10, W);
+            assert_eq!(kinds(&mut w, &pair), [(rc, 200)], "{pair:?}");
+        }
+    }
+
+    #[test]
+    fn a_drift_is_counted_when_a_second_client_or_the_server_shows_it() {
+        let drift = |witness, kind| Testimony {
+            about: 3,
+            drift: Some(kind),
+            witness,
+            ..Testimony::default()
+        };
+        let us = Contradiction::UndeclaredServed;
+        let dr = Contradiction::DeclaredRefused;
+        let mut w = Witness::new(10, W);
+        let one = [
+            (drift(7, us), 100),
+            (drift(7, us), 200),
+            (drift(7, dr), 250),
+        ];
+        assert_eq!(kinds(&mut w, &one), [], "one client, again and again");
+        // Another client, within the window of the first's latest: at the later of the two.
+        assert_eq!(kinds(&mut w, &[(drift(8, us), 150)]), [(us, 200)]);
+        // Too far from any other witness: not yet; the server's own span: at once.
+        assert_eq!(kinds(&mut w, &[(drift(9, dr), 250 + W + 1)]), []);
+        assert_eq!(kinds(&mut w, &[(drift(SERVER, dr), 300)]), [(dr, 300)]);
+        // A third client takes the place of the older of the two it remembers.
+        let mut w = Witness::new(10, W);
+        let three = [
+            (drift(1, us), 100),
+            (drift(2, us), 100 + 3 * W),
+            (drift(3, us), 100 + 5 * W),
+        ];
+        assert_eq!(kinds(&mut w, &three), []);
+        assert_eq!(
+            kinds(&mut w, &[(drift(1, us), 100 + 5 * W)]),
+            [(us, 100 + 5 * W)]
+        );
+        let mut w = Witness::new(10, W);
+        let late = [
+            (drift(1, us), 5 * W),
+            (drift(2, us), 7 * W),
+            (drift(3, us), 2 * W),
+        ];
+        assert_eq!(
+            kinds(&mut w, &late),
+            [],
+            "an older time does not push out a later one"
+        );
+        assert_eq!(
+            kinds(&mut w, &[(drift(4, us), 5 * W)]),
+            [(us, 5 * W)],
+            "1's still"
+        );
     }
 }

@@ -1878,6 +1878,7 @@ fn more_testimonies_than_a_flush_holds_are_all_noted() {
         refused,
         served: !refused,
         drift: None,
+        witness: 1 + u32::from(refused),
     };
     let mut items: Vec<Observation> = Vec::new();
     for k in 0..100u64 {

@@ -8,7 +8,8 @@
 use super::super::calls::{
     At, Batch, Bound, Call, Calls, Kept, Part, RecentMember, SpanKey, State,
 };
-use super::super::{place, Pipeline, RequestState};
+use super::super::outbox::Outbox;
+use super::super::{place, ClientIds, Pipeline, Placed, RequestState};
 use super::work::{From, Work};
 use super::Memory;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
@@ -28,23 +29,65 @@ pub(super) struct Places<'r> {
     pub(super) root_at: &'r [At],
 }
 
-/// What counting a call needs: the clock, where its events go, and, for the calls of a
-/// request, its tags and its count of attempts.
+/// What counting a call needs: the clock, where its events go, for the calls of a request
+/// its tags and its count of attempts, and when forwarding the spans withheld for their
+/// call's verdict.
 pub(super) struct Counting<'r> {
     pub(super) now: Nanos,
     pub(super) events: &'r mut Vec<Event>,
     pub(super) tags: Option<&'r mut SpanTags>,
     pub(super) attempts: &'r mut u64,
+    pub(super) outbox: Option<&'r mut Outbox>,
 }
 
 impl<'r> Counting<'r> {
     /// What counting the calls of request `r` needs.
-    pub(super) fn of(r: &'r mut RequestState<'_>) -> Counting<'r> {
+    pub(super) fn of(r: &'r mut RequestState<'_>, outbox: Option<&'r mut Outbox>) -> Counting<'r> {
         Counting {
             now: r.now,
             events: &mut r.events,
             tags: r.tags.as_deref_mut(),
             attempts: &mut r.summary.attempts,
+            outbox,
+        }
+    }
+
+    /// A span of a call gets the tags `write` appends, its call's verdict so far: in the
+    /// request, at `slot`; kept from an earlier request (no slot), in the outbox when it was
+    /// withheld there.
+    fn tag(&mut self, slot: Option<usize>, key: &SpanKey, write: impl FnOnce(&mut Vec<u8>)) {
+        match slot {
+            Some(slot) => {
+                if let Some(tags) = self.tags.as_deref_mut() {
+                    tags.write(slot, write);
+                }
+            }
+            None => {
+                if let Some(outbox) = self.outbox.as_deref_mut() {
+                    outbox.verdict(key, false, write);
+                }
+            }
+        }
+    }
+
+    /// The spans of a call (`group`) after it was counted: when it may still change (its
+    /// server's span still to come, `last` false), the request's own are withheld; when it
+    /// cannot, the ones withheld from earlier requests leave.
+    fn settle_spans(&mut self, work: &Work<'_>, places: &Places<'_>, group: &[usize], last: bool) {
+        for &i in group {
+            match (slot(work, places, i), work.from[i]) {
+                (Some(slot), _) if !last => {
+                    if let Some(tags) = self.tags.as_deref_mut() {
+                        tags.withhold(slot);
+                    }
+                }
+                (None, From::Kept { .. }) if last => {
+                    if let Some(outbox) = self.outbox.as_deref_mut() {
+                        outbox.release(&work.keys[i]);
+                    }
+                }
+                _ => {}
+            }
         }
     }
 }
@@ -56,8 +99,8 @@ impl Pipeline {
         calls: &mut Calls,
         interfaces: &Interfaces,
         mut forced: Vec<(Call, Bound)>,
-        now: Nanos,
-        events: &mut Vec<Event>,
+        (now, events): (Nanos, &mut Vec<Event>),
+        mut outbox: Option<&mut Outbox>,
     ) {
         while !forced.is_empty() {
             let bags: Vec<Call> = forced
@@ -67,7 +110,8 @@ impl Pipeline {
                     call
                 })
                 .collect();
-            forced = self.count_kept(calls, interfaces, bags, now, events);
+            let at = (now, &mut *events);
+            forced = self.count_kept(calls, interfaces, bags, at, outbox.as_deref_mut());
         }
     }
 
@@ -78,8 +122,8 @@ impl Pipeline {
         calls: &mut Calls,
         interfaces: &Interfaces,
         bags: Vec<Call>,
-        now: Nanos,
-        events: &mut Vec<Event>,
+        (now, events): (Nanos, &mut Vec<Event>),
+        outbox: Option<&mut Outbox>,
     ) -> Vec<(Call, Bound)> {
         if bags.is_empty() {
             return Vec::new();
@@ -92,6 +136,7 @@ impl Pipeline {
             events,
             tags: None,
             attempts: &mut attempts,
+            outbox,
         };
         self.run(
             calls,
@@ -148,6 +193,8 @@ impl Pipeline {
             );
             if may_hold && !open.is_empty() && !counted_before {
                 forced.extend(calls.keep(held(work, group, taken, (&open, counting.now))));
+                // Its verdict is still to come: the request's spans of it are withheld.
+                counting.settle_spans(work, &places, group, false);
                 continue;
             }
             let kept_call = self.count_call(
@@ -215,11 +262,10 @@ impl Pipeline {
         let settled_part = group
             .iter()
             .any(|&i| calls.attempt(i).is_none() && settled_span(i));
-        let untag = |i: usize, counting: &mut Counting<'_>| {
-            if let (Some(slot), Some(tags)) = (slot_of(i), counting.tags.as_deref_mut()) {
-                tags.write(slot, |_| {});
-            }
-        };
+        // Whether the call may still change: a client attempt of it waits for its server's
+        // span (DESIGN §11.5).
+        let mut waits = false;
+        let untag = |i: usize, c: &mut Counting<'_>| c.tag(slot_of(i), &work.keys[i], |_| {});
         for &i in group {
             match calls.attempt(i) {
                 None => {
@@ -242,22 +288,14 @@ impl Pipeline {
                         continue;
                     }
                     let mut ids = self.client_ids(attempt.client);
-                    let p = match interface {
-                        Some(index) => {
-                            let mut room = None;
-                            let path = attempt.path_or_grpc(&mut room);
-                            let configured = InterfaceRef::Configured(*index);
-                            self.place_in(interfaces, configured, attempt, path, ids.id)
-                        }
-                        None => self.place(interfaces, attempt, ids.id),
-                    };
+                    let p = self.place_call(interfaces, (attempt, *interface), &ids, has_server);
                     let observed = interfaces.client_from(p.interface).is_some();
                     let client = work.members[i].side == Side::Client;
                     if client && (observed || attempt.origin.is_none()) {
                         remember = true;
+                        // Its server's side still to come: its verdict is not the call's yet.
+                        waits |= interfaces.any_observed() && !has_server;
                     }
-                    // Its server's side still to come: its verdict is not the call's yet.
-                    let provisional = client && observed && !has_server;
                     let labels = self.labels(&mut ids, p.group.interface, p.interface_name);
                     let obs = place::observation(&p, attempt, labels);
                     *counting.attempts += 1;
@@ -272,23 +310,46 @@ impl Pipeline {
                         continue;
                     };
                     counted.push(obs);
-                    let Some((slot, tags)) = slot_of(i).zip(counting.tags.as_deref_mut()) else {
+                    if attempt.tagged {
+                        // Tagged upstream: forwarded as it came.
                         continue;
-                    };
-                    if provisional {
-                        tags.write(slot, |_| {});
-                    } else if !attempt.tagged {
-                        let reason = p.reason.to_string();
-                        let max = self.metrics.max_label_bytes();
-                        tags.write(slot, |buf| {
-                            place::write_place_tags(buf, &reason, p.interface_name, max);
-                            place::write_verdict_tags(buf, &judgement);
-                        });
                     }
+                    let max = self.metrics.max_label_bytes();
+                    counting.tag(slot_of(i), &work.keys[i], |buf| {
+                        let reason = p.reason.to_string();
+                        place::write_place_tags(buf, &reason, p.interface_name, max);
+                        place::write_verdict_tags(buf, &judgement);
+                    });
                 }
             }
         }
+        counting.settle_spans(work, &places, group, !waits);
         Memory::of(remember, may_grow)
+    }
+
+    /// Where a call's attempt stands: on the interface its server's span placed it on, when
+    /// one did; said by the interface's own spans when the call has one (DESIGN §13
+    /// witnesses).
+    fn place_call<'i>(
+        &self,
+        interfaces: &'i Interfaces,
+        (attempt, interface): (&'i Attempt<'_>, Option<usize>),
+        ids: &ClientIds<'_>,
+        has_server: bool,
+    ) -> Placed<'i> {
+        let mut p = match interface {
+            Some(index) => {
+                let mut room = None;
+                let path = attempt.path_or_grpc(&mut room);
+                let configured = InterfaceRef::Configured(index);
+                self.place_in(interfaces, configured, attempt, path, ids.id)
+            }
+            None => self.place(interfaces, attempt, ids.id),
+        };
+        if has_server {
+            p.testimony.witness = crate::tracker::honesty::SERVER;
+        }
+        p
     }
 
     /// Takes back what the spans of a call (`group`) were counted as before, while pending;
@@ -331,25 +392,46 @@ impl Pipeline {
     /// Counts the held calls whose wait is over at `now` (all of them when `all`).
     pub(in crate::pipeline) fn release_held(&self, now: Nanos, all: bool, out: &mut Vec<Event>) {
         let mut calls = self.calls();
-        if calls.is_empty() {
-            return;
+        let mut outbox = self.outbox(false);
+        if !calls.is_empty() {
+            let interfaces = self.catalog.current();
+            let due = calls.due(now, all);
+            let window = self.tracker.reorder_window();
+            let mut forced = Vec::new();
+            for call in due {
+                // Counted as at the end of its wait, not at the sweep's or the scrape's: what
+                // its client sent after it is still pending then, and is judged with it
+                // (whatever the order, §11), not settled first because the sweep came late.
+                let at = match all {
+                    true => now,
+                    false => call.since.saturating_add(window).min(now),
+                };
+                let counting = (at, &mut *out);
+                let kept = self.count_kept(
+                    &mut calls,
+                    &interfaces,
+                    vec![call],
+                    counting,
+                    outbox.as_deref_mut(),
+                );
+                forced.extend(kept);
+            }
+            self.count_forced(
+                &mut calls,
+                &interfaces,
+                forced,
+                (now, out),
+                outbox.as_deref_mut(),
+            );
+            self.held_gauge(&calls);
         }
-        let interfaces = self.catalog.current();
-        let due = calls.due(now, all);
-        let window = self.tracker.reorder_window();
-        let mut forced = Vec::new();
-        for call in due {
-            // Counted as at the end of its wait, not at the sweep's or the scrape's: what its
-            // client sent after it is still pending then, and is judged with it (whatever
-            // the order, §11), not settled first because the sweep came late.
-            let at = match all {
-                true => now,
-                false => call.since.saturating_add(window).min(now),
-            };
-            forced.extend(self.count_kept(&mut calls, &interfaces, vec![call], at, out));
+        // The withheld spans whose wait is over leave with the verdict counted by now.
+        drop(calls);
+        if let Some(outbox) = outbox.as_deref_mut() {
+            outbox.due(now);
+            self.outbox_gauges(outbox);
+            self.forward_ready(Some(outbox));
         }
-        self.count_forced(&mut calls, &interfaces, forced, now, out);
-        self.held_gauge(&calls);
     }
 
     pub(super) fn held_gauge(&self, calls: &Calls) {

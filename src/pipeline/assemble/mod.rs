@@ -12,6 +12,7 @@
 //! pending, so the call is counted once whatever the order its spans came in.
 
 use super::calls::{key, At, Batch, Bound, Call, Calls, Owner, SpanKey};
+use super::outbox::Outbox;
 use super::{place, Pipeline, RequestState};
 use crate::discovery::{InterfaceRef, Interfaces};
 use crate::extract::call::{Member, Side};
@@ -94,9 +95,40 @@ impl Pipeline {
         r: &mut RequestState<'_>,
         interfaces: &Interfaces,
         joins: Joins<'a>,
-        (body, owner): (&'a [u8], Option<Owner<'_>>),
+        (body, owner, malformed_at): (&'a [u8], Option<Owner<'_>>, &[u32]),
     ) {
         let mut calls = self.calls();
+        // When forwarding, the outbox too: the request's calls may leave spans withheld, or
+        // count calls whose spans were (DESIGN §11.5).
+        let forwarding =
+            r.tags.is_some() && (!joins.nodes.is_empty() || !joins.remember.is_empty());
+        let mut outbox = self.outbox(forwarding);
+        if joins.nodes.is_empty() && joins.seen.is_empty() {
+            // Spans that name no parent, none named by another: nothing to join (every flat
+            // export).
+            let recent = joins.recent.map(|batch| (batch, &mut [][..]));
+            let kept = (joins.remember, recent, &HashSet::default());
+            let forced = (Vec::new(), outbox.as_deref_mut());
+            self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, forced);
+        } else {
+            let locked = (&mut *calls, outbox.as_deref_mut());
+            self.assemble_in(r, interfaces, joins, (body, owner), locked);
+        }
+        if let (Some(outbox), Some(tags)) = (outbox.as_deref_mut(), r.tags.as_deref_mut()) {
+            self.withhold(outbox, (body, malformed_at), tags, r.now);
+        }
+    }
+
+    /// [`Pipeline::assemble`] of a request with spans to join, under the calls' lock (and the
+    /// outbox's, when forwarding).
+    fn assemble_in<'a>(
+        &self,
+        r: &mut RequestState<'_>,
+        interfaces: &Interfaces,
+        joins: Joins<'a>,
+        (body, owner): (&'a [u8], Option<Owner<'_>>),
+        (calls, mut outbox): (&mut Calls, Option<&mut Outbox>),
+    ) {
         let Joins {
             members,
             nodes,
@@ -107,21 +139,14 @@ impl Pipeline {
             unrecorded,
             ..
         } = joins;
-        if nodes.is_empty() && seen.is_empty() {
-            // Spans that name no parent, none named by another: nothing to join (every flat
-            // export).
-            let recent = recent.map(|batch| (batch, &mut [][..]));
-            let kept = (remember, recent, &HashSet::default());
-            return self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, Vec::new());
-        }
         // Parents read before recording began (a parent before its child in one export).
         if unrecorded > 0 {
-            self.read_missing(&calls, body, unrecorded, &nodes, (&mut seen, &mut roots));
+            self.read_missing(calls, body, unrecorded, &nodes, (&mut seen, &mut roots));
         }
         let mut known: HashSet<SpanKey> =
             HashSet::with_capacity_and_hasher(2 * nodes.len(), Default::default());
-        let mut fresh = self.fresh(&calls, &nodes, &mut known);
-        self.skip_counted(&mut calls, &nodes, &mut fresh, r);
+        let mut fresh = self.fresh(calls, &nodes, &mut known);
+        self.skip_counted(calls, &nodes, &mut fresh, r);
         // The kept calls and the request's roots that join them, found from the nodes out.
         let seen_at: HashMap<SpanKey, Option<u32>> = if fresh.is_empty() && !calls.any_awaiting() {
             HashMap::default()
@@ -129,7 +154,7 @@ impl Pipeline {
             seen.iter().copied().collect()
         };
         let (mut taken, used_roots) = self.take_joined(
-            &mut calls,
+            calls,
             interfaces,
             (&fresh, &nodes),
             (&seen, &seen_at),
@@ -174,9 +199,9 @@ impl Pipeline {
             }
             None => calls.recent_batch(),
         };
-        let mut counting = Counting::of(r);
+        let mut counting = Counting::of(r, outbox.as_deref_mut());
         let forced = self.run(
-            &mut calls,
+            calls,
             interfaces,
             &work,
             &taken,
@@ -187,7 +212,7 @@ impl Pipeline {
         drop(work);
         drop(root_spans);
         let kept = (remember, Some((batch, &mut taken[..])), &known);
-        self.keep_rest(&mut calls, interfaces, kept, (body, owner), r, forced);
+        self.keep_rest(calls, interfaces, kept, (body, owner), r, (forced, outbox));
     }
 
     /// Keeps what a request leaves to come: the attempts counted at once whose other side may
@@ -200,13 +225,13 @@ impl Pipeline {
         (remember, recent, known): Rest<'_>,
         body: (&[u8], Option<Owner<'_>>),
         r: &mut RequestState<'_>,
-        mut forced: Vec<(Call, Bound)>,
+        (mut forced, outbox): (Vec<(Call, Bound)>, Option<&mut Outbox>),
     ) {
         keep_counted(calls, remember, known, r.now, &mut forced);
         if let Some(recent) = recent {
             calls.keep_recent(body, recent, r.now);
         }
-        self.count_forced(calls, interfaces, forced, r.now, &mut r.events);
+        self.count_forced(calls, interfaces, forced, (r.now, &mut r.events), outbox);
         self.held_gauge(calls);
     }
 
