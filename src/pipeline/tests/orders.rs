@@ -5,6 +5,8 @@
 //! maybe a framework's
 //! span around it (nested, §11.2), its transport requests (none to three, retried, §11.1) and,
 //! on the observed interface, the server's span (§11.3); one to three such calls by one client.
+//! And the property of §11.5 on the same trees: forwarded, every span leaves exactly once, and
+//! every tagged span with the verdict `/metrics` counts for its call, a shutdown included.
 
 use super::*;
 use crate::otlp::fixtures::{i as int, s as kv};
@@ -234,9 +236,12 @@ fn counted(exports: &[Vec<u8>]) -> Vec<String> {
     lines
 }
 
+/// Calls, an arrival order of their spans, and where the exports are cut.
+type Case = (Vec<Tree>, Vec<usize>, Vec<bool>);
+
 /// One to three calls, one arrival order of all their spans, and where the exports are cut
 /// (after span `k` when `cuts[k]`).
-fn case() -> impl Strategy<Value = (Vec<Tree>, Vec<usize>, Vec<bool>)> {
+fn case() -> impl Strategy<Value = Case> {
     prop::collection::vec(tree(), 1..=3).prop_flat_map(|trees| {
         let n: usize = trees
             .iter()
@@ -275,5 +280,149 @@ proptest! {
             .map(|e| e.iter().map(|(_, s)| (s.span_id[0], s.span_id[1])).collect())
             .collect();
         prop_assert_eq!(&split, &whole, "{:?}\nexports (call, span): {:?}", trees, ids);
+    }
+}
+
+/// The pipeline after `exports`, forwarding, sent one after another within the reorder window;
+/// then either its sweeps past the window, or a shutdown before it (`early`). Returns every
+/// span forwarded, (call, span) with its tags, and `/metrics` settled.
+fn forwarded_after(exports: &[Vec<u8>], early: bool) -> (Vec<Forwarded>, String) {
+    let p = forwarding(weather_observed_by(SERVER));
+    let sent = T0 + 4_000 * MS;
+    let mut out = Vec::new();
+    let mut take = |p: &Pipeline| out.extend(forwarded(p));
+    for (k, body) in exports.iter().enumerate() {
+        p.handle(
+            Transport::Grpc,
+            body,
+            Encoding::Protobuf,
+            sent + k as u64 * MS,
+        )
+        .expect("accepted");
+        take(&p);
+    }
+    let end = sent + p.tracker().reorder_window() + 1_000 * MS;
+    if early {
+        p.forward_withheld();
+    } else {
+        p.sweep(end);
+    }
+    take(&p);
+    p.settle(true, end);
+    (out, p.metrics().render())
+}
+
+/// The (interface, class, kind) of each attempt counted, one entry an attempt.
+fn counted_attempts(metrics: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("refusal_gate_attempts_total{"))
+    {
+        let label = |name: &str| {
+            let at = line.find(&format!("{name}=\"")).expect("labelled") + name.len() + 2;
+            line[at..].split('"').next().expect("closed").to_owned()
+        };
+        let n: usize = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a count");
+        out.extend(std::iter::repeat_n(
+            (label("interface"), label("class"), label("kind")),
+            n,
+        ));
+    }
+    out.sort();
+    out
+}
+
+/// One to three calls, their spans in one arrival order, cut into exports, and whether the
+/// pipeline is shut down before the reorder window ends.
+fn forwarded_case() -> impl Strategy<Value = (Case, bool)> {
+    (case(), prop::bool::weighted(0.3))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn every_span_leaves_once_and_tagged_with_the_verdict_counted_for_its_call(
+        ((trees, order, cuts), early) in forwarded_case(),
+    ) {
+        let all: Vec<(&str, Span)> = trees
+            .iter()
+            .enumerate()
+            .flat_map(|(n, t)| spans(n as u8 + 1, t))
+            .collect();
+        let mut exports = vec![Vec::new()];
+        for (k, &at) in order.iter().enumerate() {
+            if k > 0 && cuts[k - 1] {
+                exports.push(Vec::new());
+            }
+            exports.last_mut().expect("one").push(all[at].clone());
+        }
+        let bodies: Vec<Vec<u8>> = exports.iter().map(|e| export(e)).collect();
+        let (out, metrics) = forwarded_after(&bodies, early);
+        // A call is whole, as §11.5 reads it, once its protocol span has come with the server
+        // it names, or with a transport request or its server's span that names one: its
+        // spans leave then (a call on a server nobody observes, at once, as every flat span
+        // does). Should another part of it come in a later export (SDKs end children first:
+        // a stream's, or another processor's), the counters follow it, and the spans' tags were
+        // the verdict when they left. Such cases (some half of those generated) are held to the
+        // first promise alone.
+        let export_of = |n: u8, id: u8| exports.iter().position(|e| {
+            e.iter().any(|(_, s)| s.span_id[0] == n && s.span_id[1] == id)
+        });
+        let late_part = trees.iter().enumerate().any(|(n, t)| {
+            let n = n as u8 + 1;
+            let tree = spans(n, t);
+            let at = |s: &Span| export_of(n, s.span_id[1]).expect("exported");
+            let outer = export_of(n, 1).expect("exported");
+            let naming = tree
+                .iter()
+                .filter(|(_, s)| s.span_id[1] >= 10)
+                .map(|(_, s)| at(s))
+                .min();
+            let whole = match (t.named, naming) {
+                (true, _) => Some(outer),
+                (false, Some(first)) => Some(first.max(outer)),
+                (false, None) => None,
+            };
+            whole.is_some_and(|whole| {
+                tree.iter()
+                    .any(|(service, s)| *service == CLIENT && at(s) > whole)
+            })
+        });
+        // Every span once.
+        let mut sent: Vec<(u8, u8)> = all.iter().map(|(_, s)| (s.span_id[0], s.span_id[1])).collect();
+        let mut left: Vec<(u8, u8)> = out.iter().map(|(id, _)| (id[0], id[1])).collect();
+        sent.sort_unstable();
+        left.sort_unstable();
+        prop_assert_eq!(&left, &sent, "{:?}", trees);
+        // Every tagged span with its call's verdict as counted: each attempt's tags once.
+        let mut tagged: Vec<(String, String, String)> = out
+            .iter()
+            .filter_map(|(_, tags)| {
+                let t = |k| tag(tags, k).map(str::to_owned);
+                Some((t("interface")?, t("class")?, t("kind")?))
+            })
+            .collect();
+        tagged.sort();
+        let counted = counted_attempts(&metrics);
+        if late_part {
+            return Ok(());
+        }
+        if early {
+            // Those still withheld at the shutdown left untagged: the rest, as counted.
+            let mut rest = counted.clone();
+            for t in &tagged {
+                let at = rest.iter().position(|c| c == t);
+                prop_assert!(at.is_some(), "{:?} tagged, not counted: {:?}\n{:?}", t, counted, trees);
+                rest.remove(at.expect("found"));
+            }
+        } else {
+            prop_assert_eq!(&tagged, &counted, "{:?}\nforwarded: {:?}", trees, out);
+        }
     }
 }
