@@ -16,6 +16,11 @@
 //! what the specification tells them to do, two retries after a refusal for the tool that is
 //! not there.
 //!
+//! And DESIGN §11.5 on all of them, each forwarding every span to a next hop: every attempt's
+//! span leaves once, tagged with the verdict `/metrics` counts for its call — among them the
+//! OpenAI Agents SDK's MCP client under OpenInference's instrumentation, whose client spans
+//! name no server and come before the server's.
+//!
 //! The Python side lives in `tests/agents/` and runs in the agents' virtual environment, which
 //! the README's test command makes (`REFUSAL_GATE_AGENT_PYTHON`); the TypeScript side in
 //! `tests/agents/ts/`, its packages installed by the same command
@@ -23,10 +28,13 @@
 
 mod common;
 
+use common::sink::{start_sink, string, Sink};
 use common::{
     admin_metrics as metrics, agent_node_modules, agent_python, binary_config, free_port,
-    fresh_dir, spawn_binary, value,
+    fresh_dir, series, spawn_binary, value,
 };
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 fn script(name: &str) -> String {
@@ -34,13 +42,24 @@ fn script(name: &str) -> String {
 }
 
 /// Starts an MCP server script (`command`: its name, then its options) on `port`, exporting
-/// its spans as `service` to `otlp`.
+/// its spans as `service` to `otlp` every 100 ms.
 async fn mcp_server(
     python: &str,
     command: &[&str],
     port: u16,
     service: &str,
     otlp: u16,
+) -> tokio::process::Child {
+    mcp_server_every(python, command, (port, service), otlp, 100).await
+}
+
+/// [`mcp_server`], its spans exported every `every_ms`.
+async fn mcp_server_every(
+    python: &str,
+    command: &[&str],
+    (port, service): (u16, &str),
+    otlp: u16,
+    every_ms: u64,
 ) -> tokio::process::Child {
     let name = command[0];
     let mut server = tokio::process::Command::new(python)
@@ -52,7 +71,7 @@ async fn mcp_server(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             format!("http://127.0.0.1:{otlp}/v1/traces"),
         )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .env("OTEL_BSP_SCHEDULE_DELAY", every_ms.to_string())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -131,6 +150,70 @@ fn mcp_interface(name: &str, port: u16, services: &str) -> String {
     server: {{ service_names: [{services}] }}
 "
     )
+}
+
+/// The exporter block of a configuration forwarding every span to `sink` over OTLP/gRPC.
+fn forwarding_to(sink: SocketAddr) -> String {
+    format!("exporters:\n  otlp: {{ endpoint: 'http://{sink}', protocol: grpc }}\n")
+}
+
+/// DESIGN §11.5 over a run's stacks: once every span the binary on `admin` accepted has been
+/// forwarded to `sink` (none withheld or queued), each left exactly once, and the spans tagged
+/// are the attempts `/metrics` counted, each with its call's verdict — per (client, interface,
+/// class, kind), for the clients named `clients` — none untagged for want of room.
+async fn every_attempt_left_once_tagged_as_counted(admin: u16, sink: &Sink, clients: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let m = loop {
+        let m = metrics(admin).await;
+        let accepted = value(&m, "refusal_gate_receiver_accepted_spans_total", &[]);
+        let sent = value(&m, "refusal_gate_exporter_sent_spans_total", &[]);
+        let withheld = value(&m, "refusal_gate_exporter_withheld_spans", &[]);
+        if sent == accepted && withheld == 0.0 && sink.every().len() as f64 == sent {
+            break m;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sent} of {accepted} spans forwarded, {withheld} withheld\n{m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        value(&m, "refusal_gate_exporter_untagged_spans_total", &[]),
+        0.0,
+        "{m}"
+    );
+    let every = sink.every();
+    let mut seen = std::collections::HashSet::new();
+    let mut tagged: BTreeMap<[String; 4], f64> = BTreeMap::new();
+    for (resource, span) in &every {
+        assert!(
+            seen.insert(span.span_id.clone()),
+            "{} forwarded twice",
+            span.name
+        );
+        let client = string(&resource.attributes, "service.name").unwrap_or_default();
+        let tag = |key: &str| string(&span.attributes, &format!("refusal_gate.{key}"));
+        let (Some(interface), Some(class), Some(kind)) =
+            (tag("interface"), tag("class"), tag("kind"))
+        else {
+            continue;
+        };
+        if clients.contains(&client) {
+            *tagged.entry([client, interface, class, kind]).or_default() += 1.0;
+        }
+    }
+    let counted: BTreeMap<[String; 4], f64> = series(&m, "refusal_gate_attempts_total")
+        .into_iter()
+        .filter(|(labels, n)| *n > 0.0 && clients.contains(&labels["client"]))
+        .map(|(l, n)| {
+            let key = ["client", "interface", "class", "kind"].map(|k| l[k].clone());
+            (key, n)
+        })
+        .collect();
+    assert_eq!(
+        tagged, counted,
+        "tagged spans against the attempts counted\n{m}"
+    );
 }
 
 /// Runs one story of one stack against `base`; returns the HTTP requests its spans record
@@ -236,16 +319,18 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
     };
     let dir = fresh_dir("stacks", "federation");
     let (fast, sdk, behind, front) = (free_port(), free_port(), free_port(), free_port());
+    let (next_hop, sink) = start_sink().await;
     // The gateway's interface is observed through both its own spans and the server's behind it.
     let interface = mcp_interface;
     let (config, ports) = binary_config(
         &dir,
         "stacks",
         &format!(
-            "interfaces:\n{}{}{}",
+            "interfaces:\n{}{}{}{}",
             interface("weather-fastmcp", fast, "weather-fastmcp"),
             interface("weather-sdk", sdk, "weather-sdk"),
             interface("weather-gateway", front, "caddy-gateway, weather-behind"),
+            forwarding_to(next_hop),
         ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
@@ -371,6 +456,8 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
         0.0,
         "{m}"
     );
+    let clients: Vec<String> = expected.iter().map(|(c, _)| c.clone()).collect();
+    every_attempt_left_once_tagged_as_counted(ports.admin, &sink, &clients).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -445,13 +532,15 @@ async fn compliant_sdks_doing_what_the_mcp_specification_asks_are_no_violators()
     };
     let dir = fresh_dir("stacks", "flows");
     let (stateful, fast) = (free_port(), free_port());
+    let (next_hop, sink) = start_sink().await;
     let (config, ports) = binary_config(
         &dir,
         "flows",
         &format!(
-            "interfaces:\n{}{}",
+            "interfaces:\n{}{}{}",
             mcp_interface("weather-stateful", stateful, "weather-stateful"),
             mcp_interface("weather-fastmcp", fast, "weather-fastmcp"),
+            forwarding_to(next_hop),
         ),
     );
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
@@ -593,5 +682,100 @@ async fn compliant_sdks_doing_what_the_mcp_specification_asks_are_no_violators()
             "{client}\n{m}"
         );
     }
+    let clients: Vec<String> = kinds.iter().map(|k| k.0.to_string()).collect();
+    every_attempt_left_once_tagged_as_counted(ports.admin, &sink, &clients).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How many SERVER spans of `tools/call` the service `server` sent that were forwarded to
+/// `sink`.
+fn server_calls(sink: &Sink, server: &str) -> usize {
+    sink.every()
+        .iter()
+        .filter(|(resource, span)| {
+            span.kind == 2
+                && string(&resource.attributes, "service.name").as_deref() == Some(server)
+                && string(&span.attributes, "mcp.method.name").as_deref() == Some("tools/call")
+        })
+        .count()
+}
+
+/// The OpenAI Agents SDK's MCP client, traced by OpenInference's instrumentation of the SDK
+/// and the MCP SDK's own CLIENT spans (which name no server), against the MCP SDK's server,
+/// whose spans come a couple of seconds after the client's: each call counted on the observed
+/// interface, whatever the client's span said alone (its client saw a tool error as a result,
+/// not as an error), and each client span forwarded with that verdict, not its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_agents_sdk_under_openinference_each_call_leaves_with_the_servers_verdict() {
+    let Some(python) = agent_python() else {
+        return;
+    };
+    let dir = fresh_dir("stacks", "agents");
+    let port = free_port();
+    let (next_hop, sink) = start_sink().await;
+    let (config, ports) = binary_config(
+        &dir,
+        "agents",
+        &format!(
+            "interfaces:\n{}{}",
+            mcp_interface("weather-agents", port, "weather-agents"),
+            forwarding_to(next_hop),
+        ),
+    );
+    let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
+    let server = ["mcp_server.py"];
+    let at = (port, "weather-agents");
+    let _server = mcp_server_every(&python, &server, at, ports.http, 2_000).await;
+    let base = format!("http://127.0.0.1:{port}");
+    let stories = ["careful", "assistant", "unknown"];
+    for story in stories {
+        let record = dir.join(format!("agents-{story}.jsonl"));
+        let run = ("agents_client.py", &[story, base.as_str()][..]);
+        run_client(&python, run, &[], &record, ports.http).await;
+    }
+    let clients: Vec<String> = stories.iter().map(|s| format!("agents-{s}")).collect();
+    // The server's spans come two seconds later; once its seven tool calls' spans are
+    // forwarded, every call is whole. (A read of /metrics settles what is pending — a client's
+    // call then stays as its own spans said — so none is made before.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server_calls(&sink, "weather-agents") < 7 {
+        assert!(Instant::now() < deadline, "the server's spans never came");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let m = metrics(ports.admin).await;
+    for client in &clients {
+        let of = |labels: &[(&str, &str)]| {
+            let mut all = vec![("client", client.as_str())];
+            all.extend_from_slice(labels);
+            value(&m, "refusal_gate_attempts_total", &all)
+        };
+        assert_eq!(of(&[("interface", "unknown")]), 0.0, "{client}\n{m}");
+        assert_eq!(
+            of(&[]),
+            of(&[("interface", "weather-agents")]),
+            "{client}\n{m}"
+        );
+    }
+    // The tool errors, seen only from the server's side: each story's three calls ambiguous,
+    // two of them retries after an ambiguous answer; the careful agent's call a success.
+    for client in ["agents-assistant", "agents-unknown"] {
+        let labels = [("client", client), ("violation", "retry_after_ambiguous")];
+        assert_eq!(
+            value(&m, "refusal_gate_violations_total", &labels),
+            2.0,
+            "{m}"
+        );
+    }
+    let careful = [("client", "agents-careful"), ("class", "ok")];
+    assert_eq!(
+        value(&m, "refusal_gate_attempts_total", &careful),
+        value(
+            &m,
+            "refusal_gate_attempts_total",
+            &[("client", "agents-careful")]
+        ),
+        "{m}"
+    );
+    every_attempt_left_once_tagged_as_counted(ports.admin, &sink, &clients).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

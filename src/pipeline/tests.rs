@@ -648,19 +648,57 @@ mod server_view {
             [9],
             "the agent's own span at once; the client's withheld: its verdict is not the call's yet"
         );
-        // Its server's span, later: the call, counted once, by the client that sent it (the
-        // client's span remembered for it: the server's is not held, nor counted on its own),
-        // and the client's span leaves with the call's verdict.
+        // Its server's HTTP span, later: the call, counted once, by the client that sent it
+        // (the client's span remembered for it: the server's is not held, nor counted on its
+        // own) — but an MCP interface's HTTP span does not say what MCP answered: withheld
+        // still, the server's span with it.
         send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 2);
         assert_eq!(p.calls().held(), 0);
+        assert_eq!(forwarded(&p), []);
+        // The server's MCP span: the call is whole, and its spans leave with its verdict.
+        send(&p, "weather-mcp", vec![mcp(3, 2, "tools/list")], 3);
         let later = forwarded(&p);
         let client = later.iter().find(|(id, _)| id[0] == 1).expect("forwarded");
         assert_eq!(tag(&client.1, "interface"), Some("weather"));
         assert_eq!(tag(&client.1, "class"), Some("ok"));
-        assert_eq!(later.len(), 2, "and the server's span: {later:?}");
+        assert_eq!(later.len(), 3, "and the server's spans: {later:?}");
         p.sweep(p.tracker().reorder_window() + 10);
         assert_eq!(attempts(&p, "my-agent"), 1);
         assert_eq!(attempts(&p, "planner/1.0"), 0);
+        assert_eq!(forwarded(&p), [], "each once");
+    }
+
+    #[test]
+    fn a_client_span_whose_servers_protocol_span_never_comes_leaves_after_the_window() {
+        let p = forwarding(pipeline());
+        let mut client = span(
+            3,
+            1,
+            0,
+            &[
+                ("http.request.method", "POST"),
+                ("url.full", "http://mcp.test:8080/mcp"),
+            ],
+        );
+        client.attributes.push(i("http.response.status_code", 200));
+        send(&p, "my-agent", vec![client], 1);
+        send(&p, "weather-mcp", vec![asgi(2, 1, "/mcp", "200")], 2);
+        let window = p.tracker().reorder_window();
+        p.sweep(window);
+        assert_eq!(forwarded(&p), [], "within the window");
+        // Each at the end of its own wait: the client's span came first.
+        p.sweep(window + 2);
+        let out = forwarded(&p);
+        assert_eq!(out.len(), 2, "{out:?}");
+        let client = out.iter().find(|(id, _)| id[0] == 1).expect("forwarded");
+        assert_eq!(tag(&client.1, "class"), Some("ok"), "as counted");
+        assert_eq!(
+            tag(
+                &out.iter().find(|(id, _)| id[0] == 2).expect("forwarded").1,
+                "class"
+            ),
+            None
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ default), behind the ASGI instrumentation, exporting its SERVER spans over OTLP/
 
 OTEL_SERVICE_NAME and OTEL_EXPORTER_OTLP_TRACES_ENDPOINT say who it is and where its spans
 go; with RECORD=FILE they are appended to FILE as OTLP/JSON lines instead, as each ends. It
-serves one tool, `get_weather`, and its server card at /.well-known/mcp.json; statelessly,
+serves one tool, `get_weather` (a tool error for an empty city), and its server card at /.well-known/mcp.json; statelessly,
 unless told:
 
 --stateful       keeps sessions (DESIGN §12's flows use the freedoms that gives a server):
@@ -53,6 +53,8 @@ mcp = MCPServer("weather")
 @mcp.tool()
 def get_weather(city: str) -> str:
     """The weather in a city."""
+    if not city:
+        raise ValueError("no city")
     return f"sunny in {city}"
 
 

@@ -12,6 +12,7 @@ use super::super::outbox::Outbox;
 use super::super::{place, ClientIds, Pipeline, Placed, RequestState};
 use super::work::{From, Work};
 use super::Memory;
+use crate::config::Protocol;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::call::{self, Role, Side};
 use crate::extract::{Attempt, Family, Owned};
@@ -294,7 +295,7 @@ impl Pipeline {
                     if client && (observed || attempt.origin.is_none()) {
                         remember = true;
                         // Its server's side still to come: its verdict is not the call's yet.
-                        waits |= interfaces.any_observed() && !has_server;
+                        waits |= interfaces.any_observed() && !answered(work, group, interfaces);
                     }
                     let labels = self.labels(&mut ids, p.group.interface, p.interface_name);
                     let obs = place::observation(&p, attempt, labels);
@@ -464,6 +465,26 @@ fn shape(work: &Work<'_>, group: &[usize]) -> (bool, bool) {
         m.side == Side::Client && m.attempt.family != Family::Http
     });
     (has_server, may_grow)
+}
+
+/// Whether the call of the spans `group` has the server's word on what its protocol answered
+/// (DESIGN §11.5): a SERVER span of the interface's own protocol — an MCP interface's MCP span,
+/// an A2A one's A2A span, a gRPC one's gRPC span; any, for an HTTP interface. Its HTTP spans
+/// alone (a gateway's, an ASGI span) do not say it — a tool error is a JSON-RPC answer inside
+/// a 200 — so until the protocol span comes the call may still change.
+fn answered(work: &Work<'_>, group: &[usize], interfaces: &Interfaces) -> bool {
+    group.iter().any(|&i| match work.members[i].side {
+        Side::Server(index) => {
+            let family = work.members[i].attempt.family;
+            match interfaces.get(index).map(|i| i.protocol) {
+                Some(Protocol::Mcp) => family == Family::Mcp,
+                Some(Protocol::A2a) => family == Family::A2a,
+                Some(Protocol::Grpc) => family == Family::Grpc,
+                Some(Protocol::Http) | None => true,
+            }
+        }
+        Side::Client => false,
+    })
 }
 
 /// The call of the spans `group`, held for the parents `open` (since its earliest kept
