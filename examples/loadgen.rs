@@ -10,14 +10,18 @@
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
-//!         [--split CALLS]
+//!         [--split CALLS] [--server-view 1]
 //!
 //! `--workload tree` sends the same calls as real agent stacks describe them
 //! (`workload::Trees`): an agent's INTERNAL span, a protocol CLIENT span under it and its HTTP
 //! CLIENT child, half of the calls split over two of a client's requests (the child a request
 //! before its parents). Its spans/s count every span, the INTERNAL ones included. `--split`
 //! sets how many of a tree request's calls are split (16 of 33 by default, at most half of
-//! them; 0 sends every call whole).
+//! them; 0 sends every call whole). `--server-view 1` also sends the MCP server's side of the
+//! tree workload's MCP calls (`workload::Trees::server_stamped`: a SERVER span of each, from
+//! the service `mcp-server`), a client's request behind its calls — the server exports after
+//! the client — for a server configured to observe `http://mcp.example:8080/mcp` through it
+//! (benches/withheld.sh). Its spans/s count those spans too.
 //!
 //! `--requests` is how many distinct requests are pre-encoded and sent in turn: by default
 //! 512, or one a client when the fleet is larger — every request of the workload covers all
@@ -47,6 +51,7 @@ struct Options {
     fresh_clients: bool,
     trees: bool,
     split: usize,
+    server_view: bool,
 }
 
 fn options() -> Options {
@@ -62,6 +67,7 @@ fn options() -> Options {
         fresh_clients: false,
         trees: false,
         split: workload::SPLIT,
+        server_view: false,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -82,6 +88,7 @@ fn options() -> Options {
             "--rate" => o.rate = number(),
             "--fresh-clients" => o.fresh_clients = number() != 0.0,
             "--split" => o.split = number() as usize,
+            "--server-view" => o.server_view = number() != 0.0,
             "--workload" => {
                 o.trees = match value.as_str() {
                     "tree" => true,
@@ -200,6 +207,7 @@ async fn run(o: Options) {
             o.batch as u64
         };
         let fresh_clients = o.fresh_clients;
+        let server_view = o.server_view;
         let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
         // The requests this sender sends, in order. An SDK exports one batch at a time
         // (the OpenTelemetry specification forbids concurrent calls to one exporter), so a
@@ -250,6 +258,15 @@ async fn run(o: Options) {
                     mine.push(t.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
                 } else {
                     errors.fetch_add(1, Ordering::Relaxed);
+                }
+                // The server's spans of the client's previous request: it exports later.
+                let previous = trees.get(j).map(|t| (t, seq[t.client()].saturating_sub(1)));
+                if let Some((tree, seq)) = previous.filter(|&(_, seq)| server_view && seq > 0) {
+                    if sender.send(Bytes::from(tree.server_stamped(seq))).await {
+                        spans.fetch_add(tree.server_spans() as u64, Ordering::Relaxed);
+                    } else {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
             }
             latencies.lock().expect("not poisoned").extend(mine);

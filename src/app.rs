@@ -856,7 +856,7 @@ impl Server {
         stop(&mut watchers, Duration::ZERO).await;
         self.pipeline.settle(true, crate::clock::now());
         // The spans withheld for their call's verdict leave now, those without one untagged.
-        self.pipeline.forward_withheld();
+        self.pipeline.forward_withheld(crate::clock::now());
         if let Some((delivery, task)) = self.delivery.take() {
             if !delivery.drain(task, shares.alerts).await {
                 tracing::warn!("The last alerts could not be delivered in time.");

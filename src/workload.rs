@@ -226,7 +226,15 @@ enum Role {
     Protocol,
     /// The HTTP client's CLIENT span: the transport request.
     Http,
+    /// The MCP server's SERVER span of the call, the child of its transport request: what
+    /// the server exports of it ([`Trees::server_stamped`]).
+    Server,
 }
+
+/// The `service.name` of the MCP server of the tree workload's MCP calls, whose SERVER spans
+/// [`Trees::server_stamped`] gives: observe `http://mcp.example:8080/mcp` through it to run the
+/// workload with the server view (DESIGN §9).
+pub const SERVER_SERVICE: &str = "mcp-server";
 
 /// Calls split over two requests, of a [`Trees`] request's 33 (a hundred spans), unless
 /// asked otherwise ([`Trees::with_split`]).
@@ -269,6 +277,18 @@ fn tree_span(call: usize, role: Role) -> Span {
                 s("a2a.context.id", "ctx-42"),
                 s("a2a.task.id", &format!("task-{}", call % 17)),
                 s("network.transport", "tcp"),
+            ],
+        ),
+        Role::Server => (
+            2,
+            format!("MCP handle tools/call tool_{}", call % 13),
+            vec![
+                s("mcp.method.name", "tools/call"),
+                s("gen_ai.tool.name", &format!("tool_{}", call % 13)),
+                s("gen_ai.operation.name", "execute_tool"),
+                s("jsonrpc.request.id", &call.to_string()),
+                s("mcp.session.id", "5f1c3c7e"),
+                s("mcp.protocol.version", "2026-07-28"),
             ],
         ),
         Role::Http => {
@@ -333,6 +353,9 @@ struct TreeStamp {
 pub struct Trees {
     body: Vec<u8>,
     stamps: Vec<TreeStamp>,
+    /// The MCP server's request of the same calls, and where its spans' ids and times stand.
+    server: Vec<u8>,
+    server_stamps: Vec<TreeStamp>,
     client: usize,
 }
 
@@ -387,26 +410,25 @@ impl Trees {
     /// most half of them; none with 0, every call's spans in one request).
     pub fn with_split(n: usize, clients: usize, spans: usize, split: usize) -> Trees {
         let body = tree_request(n, clients, spans, split).encode_to_vec();
-        let layout = tree_layout(spans, split);
-        let mut stamps = Vec::with_capacity(layout.len());
-        let mut k = 0;
-        for rs in fields(&body, 0..body.len(), 1) {
-            for ss in fields(&body, rs, 2) {
-                for span in fields(&body, ss, 2) {
-                    let at =
-                        |number: u32| fields(&body, span.clone(), number).next().map(|r| r.start);
-                    let (call, role, previous) = layout[k];
-                    k += 1;
-                    stamps.push(TreeStamp {
-                        at: [at(1), at(2), at(4), at(7), at(8)],
-                        call,
-                        role,
-                        previous,
-                    });
-                }
-            }
-        }
+        let stamps = tree_stamps(&body, &tree_layout(spans, split));
+        // The server's spans of the request's MCP calls, in the order it ends them.
+        let layout: Vec<(usize, Role, bool)> = (0..spans / 3)
+            .filter(|call| call % 2 == 0)
+            .map(|call| (call, Role::Server, false))
+            .collect();
+        let mut server = request(n, clients, 0);
+        server.resource_spans[0].resource = Some(Resource {
+            attributes: vec![s("service.name", SERVER_SERVICE)],
+            ..Default::default()
+        });
+        server.resource_spans[0].scope_spans[0].spans = layout
+            .iter()
+            .map(|&(call, role, _)| tree_span(call, role))
+            .collect();
+        let server = server.encode_to_vec();
         Trees {
+            server_stamps: tree_stamps(&server, &layout),
+            server,
             body,
             stamps,
             client: n % clients.max(1),
@@ -421,9 +443,25 @@ impl Trees {
     /// A copy as the client's `seq`-th request: every call's trace and span ids its own (its
     /// client's, its request's), times moving on a millisecond a call.
     pub fn stamped(&self, seq: u64) -> Vec<u8> {
-        let mut body = self.body.clone();
+        self.stamp(&self.body, &self.stamps, seq)
+    }
+
+    /// The MCP server's request of the MCP calls of the client's `seq`-th request (their HTTP
+    /// spans': a split call's parents come with the next): a SERVER span of each from
+    /// [`SERVER_SERVICE`], the child of the call's transport request, in its trace.
+    pub fn server_stamped(&self, seq: u64) -> Vec<u8> {
+        self.stamp(&self.server, &self.server_stamps, seq)
+    }
+
+    /// How many spans [`Trees::server_stamped`] holds.
+    pub fn server_spans(&self) -> usize {
+        self.server_stamps.len()
+    }
+
+    fn stamp(&self, body: &[u8], stamps: &[TreeStamp], seq: u64) -> Vec<u8> {
+        let mut body = body.to_vec();
         let calls = (self.stamps.len() / 3).max(1) as u64;
-        for st in &self.stamps {
+        for st in stamps {
             let seq = if st.previous {
                 seq.wrapping_sub(1)
             } else {
@@ -431,17 +469,26 @@ impl Trees {
             };
             // A call's id: unique per client, request and call.
             let call = ((self.client as u64) << 40) | ((seq & 0xff_ffff) << 12) | st.call as u64;
-            let id = |role: Role| ((call << 2) | (role as u64 + 1)).to_be_bytes();
+            // Two bits of role: the server's span takes the one the client's spans leave.
+            let id = |role: Role| {
+                let bits = match role {
+                    Role::Server => 0,
+                    role => role as u64 + 1,
+                };
+                ((call << 2) | bits).to_be_bytes()
+            };
             let start = T0 + (seq * calls + st.call as u64) * 1_000_000;
             let (begin, end) = match st.role {
                 Role::Agent => (start, start + 900_000),
                 Role::Protocol => (start + 100_000, start + 800_000),
                 Role::Http => (start + 200_000, start + 700_000),
+                Role::Server => (start + 250_000, start + 650_000),
             };
             let parent = match st.role {
                 Role::Agent => None,
                 Role::Protocol => Some(id(Role::Agent)),
                 Role::Http => Some(id(Role::Protocol)),
+                Role::Server => Some(id(Role::Http)),
             };
             let mut trace = [0u8; 16];
             trace[8..].copy_from_slice(&call.to_be_bytes());
@@ -461,6 +508,27 @@ impl Trees {
         }
         body
     }
+}
+
+/// Where the ids and times of each span of the encoded request `body` stand, its spans
+/// laid out as `layout` (call, role, whether the call is the previous request's).
+fn tree_stamps(body: &[u8], layout: &[(usize, Role, bool)]) -> Vec<TreeStamp> {
+    let mut stamps = Vec::with_capacity(layout.len());
+    for rs in fields(body, 0..body.len(), 1) {
+        for ss in fields(body, rs, 2) {
+            for span in fields(body, ss, 2) {
+                let at = |number: u32| fields(body, span.clone(), number).next().map(|r| r.start);
+                let (call, role, previous) = layout[stamps.len()];
+                stamps.push(TreeStamp {
+                    at: [at(1), at(2), at(4), at(7), at(8)],
+                    call,
+                    role,
+                    previous,
+                });
+            }
+        }
+    }
+    stamps
 }
 
 /// Where the values of the fields numbered `wanted` stand in the message at `within`: the
@@ -603,5 +671,64 @@ mod tests {
         assert!(named.all(|s| ids.contains(&s.parent_span_id[..])));
         // Asked for more than half, half of them are split: the default's 16 of 33.
         assert_eq!(tree_layout(100, 40), tree_layout(100, SPLIT));
+    }
+
+    #[test]
+    fn the_servers_spans_are_the_children_of_the_mcp_calls_transport_requests() {
+        let trees = Trees::new(3, 16, 100);
+        let decode = |body: Vec<u8>| {
+            let r = ExportTraceServiceRequest::decode(&body[..]).expect("valid");
+            let service = r.resource_spans[0]
+                .resource
+                .clone()
+                .expect("a resource")
+                .attributes[0]
+                .clone();
+            (r.resource_spans[0].scope_spans[0].spans.clone(), service)
+        };
+        let (client, _) = decode(trees.stamped(5));
+        let (server, service) = decode(trees.server_stamped(5));
+        assert_eq!(service, s("service.name", SERVER_SERVICE));
+        // One for each of the 17 MCP calls of 33, each under its call's POST to the MCP server.
+        assert_eq!((server.len(), trees.server_spans()), (17, 17));
+        let posts: Vec<&Span> = client
+            .iter()
+            .filter(|c| {
+                c.attributes
+                    .contains(&s("url.full", "http://mcp.example:8080/mcp"))
+            })
+            .collect();
+        assert_eq!(posts.len(), 17);
+        for span in &server {
+            assert_eq!(span.kind, 2);
+            let post = posts
+                .iter()
+                .find(|p| p.span_id == span.parent_span_id)
+                .expect("its transport request");
+            assert_eq!(post.trace_id, span.trace_id);
+            assert!(post.start_time_unix_nano < span.start_time_unix_nano);
+            assert!(span.end_time_unix_nano < post.end_time_unix_nano);
+            let tool = |s: &Span| {
+                s.attributes
+                    .iter()
+                    .find(|a| a.key == "gen_ai.tool.name")
+                    .cloned()
+            };
+            let call = client
+                .iter()
+                .find(|c| c.span_id == post.parent_span_id)
+                .or_else(|| None);
+            // The split calls' protocol spans come with the next request: the tool is the
+            // server's to say.
+            if let Some(call) = call {
+                assert_eq!(tool(call), tool(span));
+            }
+        }
+        let ids: std::collections::BTreeSet<&[u8]> = client
+            .iter()
+            .chain(&server)
+            .map(|s| &s.span_id[..])
+            .collect();
+        assert_eq!(ids.len(), client.len() + server.len(), "ids of their own");
     }
 }

@@ -253,6 +253,19 @@ pub(super) const EXPORTER_WITHHELD_BYTES: Family = Family {
     labels: &[],
 };
 
+/// `refusal_gate_exporter_withheld_seconds`.
+pub(super) const EXPORTER_WITHHELD_SECONDS: Family = Family {
+    name: "refusal_gate_exporter_withheld_seconds",
+    help: "How long each span withheld for its call's verdict waited before it was forwarded (at most tracker.reorder_window and a sweep).",
+    labels: &[],
+};
+
+/// The buckets of [`EXPORTER_WITHHELD_SECONDS`], in seconds: the server's side of a call comes
+/// within one of its exports (a second or so), or the span waits out `reorder_window`.
+pub(super) const WITHHELD_BUCKETS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 10.0,
+];
+
 /// `refusal_gate_exporter_queue_spans`.
 pub(super) const EXPORTER_QUEUE: Family = Family {
     name: "refusal_gate_exporter_queue_spans",

@@ -180,6 +180,7 @@ pub struct Metrics {
     exporter_untagged: IntCounterVec,
     exporter_withheld: IntGauge,
     exporter_withheld_bytes: IntGauge,
+    exporter_withheld_seconds: prometheus::Histogram,
 }
 
 impl Metrics {
@@ -252,6 +253,9 @@ impl Metrics {
             exporter_untagged,
             exporter_withheld: f::EXPORTER_WITHHELD.gauge(&r),
             exporter_withheld_bytes: f::EXPORTER_WITHHELD_BYTES.gauge(&r),
+            exporter_withheld_seconds: f::EXPORTER_WITHHELD_SECONDS
+                .histogram_vec(&r, &f::WITHHELD_BUCKETS)
+                .with_label_values(&[] as &[&str]),
             registry: r,
         }
     }
@@ -455,6 +459,11 @@ impl Metrics {
             .set(i64::try_from(spans).unwrap_or(i64::MAX));
         self.exporter_withheld_bytes
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// Records how long a withheld span waited before it was forwarded.
+    pub fn withheld_for(&self, seconds: f64) {
+        self.exporter_withheld_seconds.observe(seconds);
     }
 
     /// Counts `cut` cycles of parent ids cut in a call's join.

@@ -348,7 +348,7 @@ impl Pipeline {
                 let summary = self
                     .ingest_in(transport, (body, owner), left_out, now, None)
                     .0;
-                self.forward_ready(None);
+                self.forward_ready(None, now);
                 return Ok(summary);
             }
             Reservation::Granted => {}
@@ -372,7 +372,7 @@ impl Pipeline {
                 }
             }
         }
-        self.forward_ready(None);
+        self.forward_ready(None, now);
         Ok(summary)
     }
 
@@ -424,9 +424,9 @@ impl Pipeline {
         self.metrics.set_withheld(outbox.len(), outbox.bytes());
     }
 
-    /// Queues the withheld spans whose call's verdict is final: those `outbox` (locked by the
-    /// caller) or the outbox has ready.
-    fn forward_ready(&self, outbox: Option<&mut outbox::Outbox>) {
+    /// Queues the withheld spans whose call's verdict is final at `now`: those `outbox` (locked
+    /// by the caller) or the outbox has ready.
+    fn forward_ready(&self, outbox: Option<&mut outbox::Outbox>, now: Nanos) {
         let Some(exporter) = &self.exporter else {
             return;
         };
@@ -437,14 +437,25 @@ impl Pipeline {
                 _ => return,
             },
         };
-        if !ready.is_empty() {
-            exporter.push(outbox::frame(&ready), ready.len(), 0);
-        }
+        self.forward(exporter, &ready, now);
     }
 
-    /// At shutdown, once the last verdicts are counted: every withheld span leaves, those
-    /// whose call's verdict is not final untagged (counted).
-    pub fn forward_withheld(&self) {
+    /// Queues `parcels`, withheld until `now`, as one request.
+    fn forward(&self, exporter: &Exporter, parcels: &[outbox::Parcel], now: Nanos) {
+        if parcels.is_empty() {
+            return;
+        }
+        for p in parcels {
+            let waited = now.saturating_sub(p.since);
+            self.metrics
+                .withheld_for(waited as f64 / crate::clock::SECOND as f64);
+        }
+        exporter.push(outbox::frame(parcels), parcels.len(), 0);
+    }
+
+    /// At shutdown (`now`), once the last verdicts are counted: every withheld span leaves,
+    /// those whose call's verdict is not final untagged (counted).
+    pub fn forward_withheld(&self, now: Nanos) {
         let (Some(exporter), Some(mut outbox)) = (&self.exporter, self.outbox(true)) else {
             return;
         };
@@ -454,9 +465,7 @@ impl Pipeline {
         if untagged > 0 {
             self.metrics.untagged("shutdown", untagged);
         }
-        if !all.is_empty() {
-            exporter.push(outbox::frame(&all), all.len(), 0);
-        }
+        self.forward(exporter, &all, now);
     }
 
     /// Runs a protobuf request whose framing [`frame::check`] accepted through extract →

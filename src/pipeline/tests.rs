@@ -692,6 +692,13 @@ mod server_view {
         assert_eq!(out.len(), 2, "{out:?}");
         let client = out.iter().find(|(id, _)| id[0] == 1).expect("forwarded");
         assert_eq!(tag(&client.1, "class"), Some("ok"), "as counted");
+        let text = p.metrics().render();
+        assert!(
+            text.contains("refusal_gate_exporter_withheld_seconds_count 2"),
+            "each wait recorded: {text}"
+        );
+        assert!(text.contains("refusal_gate_exporter_withheld_seconds_bucket{le=\"6\"} 2"));
+        assert!(text.contains("refusal_gate_exporter_withheld_seconds_bucket{le=\"4\"} 0"));
         assert_eq!(
             tag(
                 &out.iter().find(|(id, _)| id[0] == 2).expect("forwarded").1,

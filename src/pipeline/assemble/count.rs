@@ -431,7 +431,7 @@ impl Pipeline {
         if let Some(outbox) = outbox.as_deref_mut() {
             outbox.due(now);
             self.outbox_gauges(outbox);
-            self.forward_ready(Some(outbox));
+            self.forward_ready(Some(outbox), now);
         }
     }
 

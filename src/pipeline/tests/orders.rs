@@ -303,7 +303,7 @@ fn forwarded_after(exports: &[Vec<u8>], early: bool) -> (Vec<Forwarded>, String)
     }
     let end = sent + p.tracker().reorder_window() + 1_000 * MS;
     if early {
-        p.forward_withheld();
+        p.forward_withheld(end);
     } else {
         p.sweep(end);
     }
