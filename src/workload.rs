@@ -714,10 +714,7 @@ mod tests {
                     .find(|a| a.key == "gen_ai.tool.name")
                     .cloned()
             };
-            let call = client
-                .iter()
-                .find(|c| c.span_id == post.parent_span_id)
-                .or_else(|| None);
+            let call = client.iter().find(|c| c.span_id == post.parent_span_id);
             // The split calls' protocol spans come with the next request: the tool is the
             // server's to say.
             if let Some(call) = call {
