@@ -75,7 +75,7 @@ pub struct Pipeline {
     /// count a call one was withheld for (`withheld` > 0), and by the sweep; inside `calls`'
     /// lock when both are taken, never the other way round, never across an `.await`.
     outbox: Mutex<outbox::Outbox>,
-    /// How many spans `outbox` holds, read without its lock.
+    /// How many spans `outbox` has, withheld or ready to leave, read without its lock.
     withheld: AtomicUsize,
     /// Held while verdicts are settled and until they are counted ([`Pipeline::settle`],
     /// [`Pipeline::sweep`], [`Pipeline::finish`]): a scrape that settles during a sweep waits
@@ -358,18 +358,15 @@ impl Pipeline {
         let (summary, malformed_at) =
             self.ingest_in(transport, body, left_out, now, Some(&mut tags));
         let (body, _) = body;
-        {
-            // The withheld spans (in the outbox now) keep their room in the queue until they
-            // leave.
-            let forwarded = spans - malformed_at.len() - tags.withheld();
-            exporter.release(malformed_at.len(), 0);
-            match frame::retag(body, &malformed_at, &tags) {
-                Ok(tagged) => exporter.push(tagged, forwarded, body.len()),
-                Err(e) => {
-                    // The framing was checked first, on the same reader: this cannot happen.
-                    exporter.release(forwarded, body.len());
-                    tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
-                }
+        // The withheld spans (in the outbox now) keep their room in the queue until they leave.
+        let forwarded = spans - malformed_at.len() - tags.withheld();
+        exporter.release(malformed_at.len(), 0);
+        match frame::retag(body, &malformed_at, &tags) {
+            Ok(tagged) => exporter.push(tagged, forwarded, body.len()),
+            Err(e) => {
+                // The framing was checked first, on the same reader: this cannot happen.
+                exporter.release(forwarded, body.len());
+                tracing::error!(error = %e, "Could not re-frame a request for forwarding.");
             }
         }
         self.forward_ready(None, now);
@@ -416,11 +413,10 @@ impl Pipeline {
         if full > 0 {
             self.metrics.untagged("held_full", full);
         }
-        self.outbox_gauges(outbox);
     }
 
     fn outbox_gauges(&self, outbox: &outbox::Outbox) {
-        self.withheld.store(outbox.len(), Ordering::Relaxed);
+        self.withheld.store(outbox.pending(), Ordering::Relaxed);
         self.metrics.set_withheld(outbox.len(), outbox.bytes());
     }
 
@@ -430,10 +426,15 @@ impl Pipeline {
         let Some(exporter) = &self.exporter else {
             return;
         };
+        let take = |outbox: &mut outbox::Outbox| {
+            let ready = outbox.take_ready();
+            self.outbox_gauges(outbox);
+            ready
+        };
         let ready = match outbox {
-            Some(outbox) => outbox.take_ready(),
+            Some(outbox) => take(outbox),
             None => match self.outbox(false) {
-                Some(mut outbox) if outbox.has_ready() => outbox.take_ready(),
+                Some(mut outbox) if outbox.has_ready() => take(&mut outbox),
                 _ => return,
             },
         };
@@ -571,9 +572,11 @@ impl Pipeline {
             let body = (body, owner, &malformed_at[..]);
             self.assemble(&mut request, &interfaces, joins, body);
         } else if let Some(tags) = request.tags.as_deref_mut().filter(|t| t.withheld() > 0) {
-            // Withheld only with a call to join (assemble withholds them): never so far.
+            // A span is withheld only when it has a call to join, which assemble withholds:
+            // this cannot happen. Should it, the span is still forwarded once, not lost.
             if let Some(mut outbox) = self.outbox(true) {
                 self.withhold(&mut outbox, (body, &malformed_at), tags, now);
+                self.outbox_gauges(&outbox);
             }
         }
         self.finish_request(transport, &request.summary, &request.events, now);

@@ -158,6 +158,11 @@ impl Outbox {
         self.parcels.len()
     }
 
+    /// How many spans it has, withheld or ready to leave.
+    pub fn pending(&self) -> usize {
+        self.parcels.len() + self.ready.len()
+    }
+
     /// The memory the withheld spans take.
     pub fn bytes(&self) -> usize {
         self.bytes
@@ -207,6 +212,7 @@ mod tests {
         assert!(!o.has_ready(), "not final");
         o.verdict(&key(1), true, |t| t.extend_from_slice(b"last"));
         assert!(o.has_ready());
+        assert_eq!((o.len(), o.pending()), (0, 1), "ready, not withheld");
         assert_eq!(tags(&o.take_ready()), [&b"last"[..]]);
         assert_eq!(o.len(), 0);
         assert_eq!(o.bytes(), 0, "all given back");

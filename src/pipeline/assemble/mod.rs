@@ -114,8 +114,12 @@ impl Pipeline {
             let locked = (&mut *calls, outbox.as_deref_mut());
             self.assemble_in(r, interfaces, joins, (body, owner), locked);
         }
-        if let (Some(outbox), Some(tags)) = (outbox.as_deref_mut(), r.tags.as_deref_mut()) {
-            self.withhold(outbox, (body, malformed_at), tags, r.now);
+        if let Some(outbox) = outbox.as_deref_mut() {
+            if let Some(tags) = r.tags.as_deref_mut() {
+                self.withhold(outbox, (body, malformed_at), tags, r.now);
+            }
+            // What the request withheld, and what its calls' verdicts let go.
+            self.outbox_gauges(outbox);
         }
     }
 
