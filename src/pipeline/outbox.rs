@@ -251,6 +251,20 @@ mod tests {
     }
 
     #[test]
+    fn a_span_counts_its_bytes_its_tags_and_its_envelope() {
+        let mut o = Outbox::new(100, 10, 1 << 20);
+        let entry = std::mem::size_of::<Parcel>();
+        o.hold(key(1), parcel(5, b""));
+        // "span" and the envelope's "r" and "s".
+        assert_eq!(o.bytes(), entry + 4 + 2);
+        o.verdict(&key(1), false, |t| t.extend_from_slice(&[7; 100]));
+        let tagged = o.bytes();
+        assert!((entry + 106..entry + 140).contains(&tagged), "{tagged}");
+        o.hold(key(2), parcel(5, b"xyz"));
+        assert!(o.bytes() >= tagged + entry + 4 + 2 + 3);
+    }
+
+    #[test]
     fn the_bounds_refuse_a_span_and_holding_one_again_keeps_its_place() {
         let mut o = Outbox::new(100, 2, 1 << 20);
         assert!(o.hold(key(1), parcel(5, b"")));
