@@ -310,22 +310,32 @@ impl Replay {
             // The tracker's clock follows span time: each line is taken at its latest end.
             let replayed = json::to_protobuf(&line)
                 .map_err(IngestError::from)
-                .and_then(|(protobuf, _)| {
+                .and_then(|(protobuf, left_out)| {
                     let now = wire::latest_end(&protobuf).max(self.latest);
                     self.latest = now;
                     let encoding = Encoding::Protobuf;
                     self.pipeline
                         .handle(Transport::Http, &protobuf, encoding, now)
+                        .map(|_| left_out)
                 });
+            // A line some of whose spans could not be read (nested too deep, an id that is not
+            // hex) is malformed too: the rest of it is replayed.
+            let replayed = match replayed {
+                Ok(0) => Ok(()),
+                Ok(left_out) => Err(format!(
+                    "{left_out} of its spans could not be read; the rest replayed"
+                )),
+                Err(e) => Err(e.to_string()),
+            };
             match replayed {
-                Ok(_) => {}
+                Ok(()) => {}
                 Err(e) => {
                     self.malformed += 1;
                     if self.bad.len() < BAD_LINES_KEPT {
                         self.bad.push(BadLine {
                             file: name.to_owned(),
                             line: n as u64 + 1,
-                            error: e.to_string(),
+                            error: e,
                         });
                     }
                 }

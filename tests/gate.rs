@@ -812,3 +812,51 @@ async fn the_servers_delay_sets_the_backoff_and_an_observed_early_retry_is_count
     );
     server.shutdown().await;
 }
+
+/// A question naming an interface nobody configured is refused without the name: a name of a
+/// megabyte does not come back as a megabyte over either transport (docs/hardening.md: names
+/// not echoed in errors).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_interfaces_name_is_not_echoed() {
+    let server = start(CONFIG).await;
+    let b = server.bound;
+    let name = "x".repeat(1 << 20);
+    let request = DecideRequest {
+        client: Some(Client {
+            service_name: "asker".into(),
+            service_instance_id: String::new(),
+        }),
+        protocol: Protocol::Http as i32,
+        interface: name.clone(),
+        http_method: "GET".into(),
+        method: "/v1/orders".into(),
+        ..Default::default()
+    };
+    let mut json = decide_json(&request);
+    json["interface"] = name.clone().into();
+    json.as_object_mut().expect("an object").remove("url");
+    let response = reqwest::Client::new()
+        .post(format!("http://{}/v1/decide", b.admin))
+        .header("content-type", "application/json")
+        .body(json.to_string())
+        .send()
+        .await
+        .expect("the mirror answers");
+    assert_eq!(response.status(), 400);
+    let body = response.text().await.expect("a body");
+    assert!(
+        body.len() < 300,
+        "{} bytes: {}",
+        body.len(),
+        &body[..200.min(body.len())]
+    );
+    assert!(body.contains("no interface of that name"), "{body}");
+    let status = gate(&b).await.decide(request).await.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().len() < 300,
+        "{} bytes of grpc-message",
+        status.message().len()
+    );
+    assert!(status.message().contains(&format!("{} bytes", 1 << 20)));
+}

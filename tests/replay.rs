@@ -375,3 +375,55 @@ fn a_call_in_several_spans_over_several_lines_is_one_attempt() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A line with a span nested 100,000 deep (an attribute's value in arrays within arrays) beside
+/// a good one: the good span is replayed, and the line reported malformed, never dropped
+/// without a word.
+#[test]
+fn a_line_with_a_span_too_deep_to_read_is_reported_and_the_rest_replayed() {
+    let good = line(
+        "deep-agent",
+        &[(
+            "GET",
+            3,
+            "00f067aa0ba902b7",
+            "",
+            0,
+            &[
+                ("http.request.method", "GET"),
+                ("url.full", "http://api.test/v1/orders"),
+            ],
+        )],
+    );
+    let mut request: serde_json::Value = serde_json::from_str(&good).expect("JSON");
+    let spans = &mut request["resourceSpans"][0]["scopeSpans"][0]["spans"];
+    let mut deep = spans[0].clone();
+    deep["spanId"] = "00f067aa0ba902b8".into();
+    spans.as_array_mut().expect("spans").push(deep);
+    let text = request.to_string();
+    // The second span's last attribute becomes a value 100,000 arrays deep.
+    let at = text
+        .rfind(r#"{"stringValue":"http://api.test/v1/orders"}"#)
+        .expect("there");
+    let nested = format!(
+        "{}{{\"stringValue\":\"x\"}}{}",
+        r#"{"arrayValue":{"values":["#.repeat(100_000),
+        "]}}".repeat(100_000)
+    );
+    let text = format!(
+        "{}{}{}",
+        &text[..at],
+        nested,
+        &text[at + r#"{"stringValue":"http://api.test/v1/orders"}"#.len()..]
+    );
+    let out = replay(&["--format", "json", "-"], Some(text.as_bytes()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("-:1: skipped"), "{stderr}");
+    assert!(
+        stderr.contains("1 of its spans could not be read"),
+        "{stderr}"
+    );
+    let r = report(&out);
+    assert_eq!(r["malformed_lines"], 1);
+    assert_eq!(r["spans"], 1, "the good span replayed");
+}

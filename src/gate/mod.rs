@@ -361,7 +361,11 @@ pub fn decide(
                 Unanswerable::NoTarget(if q.interface.is_empty() {
                     "name the target: url or interface".into()
                 } else {
-                    format!("no interface named {:?} is configured", q.interface)
+                    // The name is not echoed: it is the asker's, of any length.
+                    format!(
+                        "no interface of that name is configured (a name of {} bytes)",
+                        q.interface.len()
+                    )
                 })
             })?;
         let (origin, base) = configured
