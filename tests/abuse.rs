@@ -2173,3 +2173,81 @@ async fn a_watcher_that_hangs_up_gives_its_place_back_whatever_it_sent() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// DESIGN §13, bounded per interface (issue 63): a flood of successes on operations of an
+/// origin the sender invented fills the origins' share of the interfaces' witness and no more
+/// — what it leaves out is counted — and a real contradiction on a configured interface, two
+/// clients apart, is still counted after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invented_origins_flood_does_not_blind_the_witness_of_a_configured_interface() {
+    use common::{export, http_span, scrape, send, start};
+    let server = start(
+        "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+admin:
+  endpoint: 127.0.0.1:0
+interfaces:
+  - name: shop
+    protocol: http
+    url: http://shop.test
+    endpoints: [{ path: /orders, methods: [GET, POST] }]
+tracker:
+  max_keys: 1600
+",
+    )
+    .await;
+    let b = &server.bound;
+    // 5,000 operations of 50 invented origins, each served: three times what the witness may
+    // remember at all.
+    for chunk in 0..50u64 {
+        let spans = (0..100)
+            .map(|k| {
+                let i = chunk * 100 + k;
+                http_span(i, "GET", &format!("http://invented{chunk}.test/p{i}"), 200)
+            })
+            .collect();
+        send(b, export("flooder", spans)).await;
+    }
+    // Then one client refused POST /orders, another served it.
+    let refused = http_span(6_000, "POST", "http://shop.test/orders", 405);
+    send(b, export("buyer-a", vec![refused])).await;
+    let served = http_span(6_001, "POST", "http://shop.test/orders", 200);
+    send(b, export("buyer-b", vec![served])).await;
+    let m = scrape(b).await;
+    let contradicted = [("interface", "shop"), ("kind", "refusal_contradicted")];
+    assert_eq!(
+        common::value(
+            &m,
+            "refusal_gate_interface_contradictions_total",
+            &contradicted
+        ),
+        1.0,
+        "{m}"
+    );
+    // Each origin past its own share, and all of them past the origins' half.
+    let left_out = |reason| {
+        common::value(
+            &m,
+            "refusal_gate_witness_left_out_total",
+            &[("reason", reason)],
+        )
+    };
+    assert!(left_out("interface") > 0.0, "{m}");
+    assert!(left_out("origins") > 0.0, "{m}");
+    assert!(
+        left_out("interface") + left_out("origins") >= 4_000.0,
+        "{m}"
+    );
+    assert_eq!(
+        common::value(
+            &m,
+            "refusal_gate_witness_left_out_total",
+            &[("reason", "total")]
+        ),
+        0.0,
+        "{m}"
+    );
+}

@@ -232,6 +232,13 @@ pub(super) const EXPORTER_FAILED: Family = Family {
     labels: &["reason"],
 };
 
+/// `refusal_gate_witness_left_out_total`.
+pub(super) const WITNESS_LEFT_OUT: Family = Family {
+    name: "refusal_gate_witness_left_out_total",
+    help: "What an attempt said of its interface that could not be remembered (DESIGN §13): a new operation past its interface's share (interface), the unconfigured origins' together (origins), or the whole (total).",
+    labels: &["reason"],
+};
+
 /// `refusal_gate_exporter_untagged_spans_total`.
 pub(super) const EXPORTER_UNTAGGED: Family = Family {
     name: "refusal_gate_exporter_untagged_spans_total",

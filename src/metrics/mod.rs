@@ -181,6 +181,8 @@ pub struct Metrics {
     exporter_withheld: IntGauge,
     exporter_withheld_bytes: IntGauge,
     exporter_withheld_seconds: prometheus::Histogram,
+    /// `refusal_gate_witness_left_out_total`, by [`crate::tracker::honesty::LeftOut`].
+    unwitnessed: [IntCounter; 3],
 }
 
 impl Metrics {
@@ -211,8 +213,11 @@ impl Metrics {
         for reason in UNTAGGED {
             exporter_untagged.with_label_values(&[reason]);
         }
+        let unwitnessed = f::WITNESS_LEFT_OUT.counter_vec(&r);
         let transports = [Transport::Grpc, Transport::Http];
         Metrics {
+            unwitnessed: crate::tracker::honesty::LeftOut::ALL
+                .map(|reason| unwitnessed.with_label_values(&[reason.as_str()])),
             skipped_by: ["not_client", "no_protocol", "duplicate", "same_call"]
                 .map(|r| skipped.with_label_values(&[r])),
             batch_duration_by: transports.map(|t| batch_duration.with_label_values(&[t.as_str()])),
@@ -315,6 +320,7 @@ impl Metrics {
                         .with_label_values(&[reason.as_str()])
                         .inc_by(keys as u64);
                 }
+                Event::Unwitnessed { reason } => self.unwitnessed[reason as usize].inc(),
                 Event::Contradicted {
                     labels,
                     kind,

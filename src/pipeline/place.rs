@@ -261,6 +261,7 @@ fn testimony(
         served,
         drift,
         witness,
+        configured: matches!(interface, InterfaceRef::Configured(_)),
     }
 }
 

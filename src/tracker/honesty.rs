@@ -12,8 +12,12 @@
 //! it returns the contradictions to count. Each is counted once when first seen (confirmed),
 //! and again only after a whole window without it, whatever the order the spans arrive in.
 //! Memory is bounded: at most `cap` operations are remembered (some 500 bytes each with the
-//! table's room, `examples/key_memory` with `WITNESS=1`); past it, new ones go unremembered
-//! until the quiet ones are forgotten, a window after their last attempt arrived.
+//! table's room, `examples/key_memory` with `WITNESS=1`), and bounded per interface (DESIGN
+//! §13, contract 6): one interface holds at most an eighth of them, and the origins nobody
+//! configured together at most half, so that an origin a sender invents cannot crowd out a
+//! configured interface's witness. Past a bound new operations go unremembered (and are
+//! reported, [`LeftOut`]) until the quiet ones are forgotten, a window after their last
+//! attempt arrived.
 
 use super::Nanos;
 use foldhash::HashMap;
@@ -63,7 +67,37 @@ pub struct Testimony {
     /// client's), or a client, by a fingerprint of its (`service.name`, instance)
     /// ([`Testimony::client`]).
     pub witness: u32,
+    /// The interface is a configured one, not an origin of its own.
+    pub configured: bool,
 }
+
+/// Which bound left an operation unremembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeftOut {
+    /// Its interface holds its share already.
+    Interface,
+    /// The origins nobody configured hold theirs.
+    Origins,
+    /// Every operation the witness may remember is.
+    Total,
+}
+
+impl LeftOut {
+    /// Every reason, in label order.
+    pub const ALL: [LeftOut; 3] = [LeftOut::Interface, LeftOut::Origins, LeftOut::Total];
+
+    /// The `reason` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeftOut::Interface => "interface",
+            LeftOut::Origins => "origins",
+            LeftOut::Total => "total",
+        }
+    }
+}
+
+/// One interface holds at most this share of the operations a witness remembers.
+const PER_INTERFACE: usize = 8;
 
 /// The witness that is the interface's own server: it needs no second one.
 pub const SERVER: u32 = 0;
@@ -116,6 +150,8 @@ struct Record {
     contradicted_at: Nanos,
     /// The traces of the latest refusal and the latest success: the other call of a pair.
     traces: [[u8; 16]; 2],
+    /// Its interface is a configured one.
+    configured: bool,
 }
 
 /// A contradiction to count: its kind, when (the later of the two attempts), and for a refusal
@@ -126,6 +162,10 @@ pub type Found = (Contradiction, Nanos, Option<[u8; 16]>);
 #[derive(Debug, Default)]
 pub struct Witness {
     records: HashMap<(u64, u64), Record>,
+    /// How many operations each interface has remembered.
+    per_interface: HashMap<u64, usize>,
+    /// How many of the remembered are unconfigured origins'.
+    origins: usize,
     cap: usize,
     window: Nanos,
 }
@@ -135,31 +175,34 @@ impl Witness {
     /// most.
     pub fn new(cap: usize, window: Nanos) -> Witness {
         Witness {
-            records: HashMap::default(),
             cap,
             window,
+            ..Witness::default()
         }
     }
 
     /// Notes what an attempt on `interface` that started at `at` says, arriving when the clock
     /// reads `now`; returns the contradictions to count now, at most two (one of the pair, one
-    /// of the document), and whether the operation could not be remembered (the bound reached).
+    /// of the document), and the bound that left the operation unremembered, if one did.
     pub fn note(
         &mut self,
         interface: u64,
         t: &Testimony,
         (at, now, trace): (Nanos, Nanos, [u8; 16]),
-    ) -> ([Option<Found>; 2], bool) {
+    ) -> ([Option<Found>; 2], Option<LeftOut>) {
         if t.about == 0 || !(t.refused || t.served || t.drift.is_some()) {
-            return ([None, None], false);
+            return ([None, None], None);
         }
-        let len = self.records.len();
         let window = self.window;
-        let record = match self.records.get_mut(&(interface, t.about)) {
-            Some(record) => record,
-            None if len >= self.cap => return ([None, None], true),
-            None => self.records.entry((interface, t.about)).or_default(),
-        };
+        if !self.records.contains_key(&(interface, t.about)) {
+            if let Some(bound) = self.full(interface, t.configured) {
+                return ([None, None], Some(bound));
+            }
+            *self.per_interface.entry(interface).or_default() += 1;
+            self.origins += usize::from(!t.configured);
+        }
+        let record = self.records.entry((interface, t.about)).or_default();
+        record.configured = t.configured;
         record.last = record.last.max(now);
         let mut found = [None, None];
         // Which list it joins (0: refusals, 1: successes); the other holds its pair.
@@ -195,7 +238,21 @@ impl Witness {
                 found[1] = counted(record, kind, confirmed, window);
             }
         }
-        (found, false)
+        (found, None)
+    }
+
+    /// The bound a new operation of `interface` would pass, if any.
+    fn full(&self, interface: u64, configured: bool) -> Option<LeftOut> {
+        let mine = self.per_interface.get(&interface).copied().unwrap_or(0);
+        if self.records.len() >= self.cap {
+            Some(LeftOut::Total)
+        } else if mine >= (self.cap / PER_INTERFACE).max(1) {
+            Some(LeftOut::Interface)
+        } else if !configured && self.origins >= (self.cap / 2).max(1) {
+            Some(LeftOut::Origins)
+        } else {
+            None
+        }
     }
 
     /// Whether `interface` was seen contradicting itself on `about` (refusing it and serving
@@ -210,8 +267,18 @@ impl Witness {
     /// clock.
     pub fn expire(&mut self, now: Nanos) {
         let window = self.window;
-        self.records
-            .retain(|_, r| r.last.saturating_add(window) >= now);
+        let (per_interface, origins) = (&mut self.per_interface, &mut self.origins);
+        self.records.retain(|&(interface, _), r| {
+            let keep = r.last.saturating_add(window) >= now;
+            if !keep {
+                *origins -= usize::from(!r.configured);
+                if let Some(n) = per_interface.get_mut(&interface) {
+                    *n -= 1;
+                }
+            }
+            keep
+        });
+        self.per_interface.retain(|_, n| *n > 0);
     }
 
     /// How many operations are remembered.
@@ -438,19 +505,35 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_bounded_and_forgotten_after_a_quiet_window() {
-        let mut w = Witness::new(2, W);
-        assert!(!w.note(1, &served(1), (100, 100, [0; 16])).1);
-        assert!(!w.note(1, &served(2), (100, 100, [0; 16])).1);
-        assert!(
-            w.note(1, &served(3), (100, 100, [0; 16])).1,
-            "past the bound"
-        );
-        assert!(
-            !w.note(1, &served(1), (200, 200, [0; 16])).1,
-            "a known one still"
-        );
-        assert_eq!(w.len(), 2);
+    fn memory_is_bounded_per_interface_and_forgotten_after_a_quiet_window() {
+        // 16 operations at most: 2 an interface, 8 for the unconfigured origins together.
+        let mut w = Witness::new(16, W);
+        let note = |w: &mut Witness, interface: u64, about: u64, configured: bool, at: Nanos| {
+            let t = Testimony {
+                configured,
+                ..served(about)
+            };
+            w.note(interface, &t, (at, at, [0; 16])).1
+        };
+        assert_eq!(note(&mut w, 1, 1, true, 100), None);
+        assert_eq!(note(&mut w, 1, 2, true, 100), None);
+        assert_eq!(note(&mut w, 1, 3, true, 100), Some(LeftOut::Interface));
+        assert_eq!(note(&mut w, 1, 1, true, 200), None, "a known one still");
+        // An invented origin's flood fills the origins' half, and no more.
+        for origin in 10..14 {
+            for about in 1..=2 {
+                assert_eq!(note(&mut w, origin, about, false, 100), None);
+            }
+        }
+        assert_eq!(note(&mut w, 14, 1, false, 100), Some(LeftOut::Origins));
+        // The configured interfaces keep theirs, to the whole.
+        for interface in 2..5 {
+            for about in 1..=2 {
+                assert_eq!(note(&mut w, interface, about, true, 100), None);
+            }
+        }
+        assert_eq!(w.len(), 16);
+        assert_eq!(note(&mut w, 5, 1, true, 100), Some(LeftOut::Total));
         assert!(!w.is_empty());
         // An attempt that says nothing, or names no operation, is not remembered.
         let mut quiet = Witness::new(10, W);
@@ -463,17 +546,27 @@ mod tests {
             ..served(0)
         };
         for t in [Testimony::default(), silent, nameless] {
-            assert_eq!(
-                quiet.note(1, &t, (100, 100, [0; 16])),
-                ([None, None], false)
-            );
+            assert_eq!(quiet.note(1, &t, (100, 100, [0; 16])), ([None, None], None));
         }
         assert!(quiet.is_empty(), "nothing remembered");
         w.expire(100 + W);
-        assert_eq!(w.len(), 2, "within a window of its last");
-        w.expire(200 + W + 1);
-        assert_eq!(w.len(), 0);
+        assert_eq!(w.len(), 16, "within a window of its last");
+        w.expire(100 + W + 1);
+        assert_eq!(w.len(), 1, "interface 1's first, noted again at 200");
+        // Forgotten, their room is back: the interfaces' and the origins'.
+        assert_eq!(note(&mut w, 1, 4, true, 300), None);
+        assert_eq!(note(&mut w, 1, 5, true, 300), Some(LeftOut::Interface));
+        for about in 1..=8 {
+            assert_eq!(note(&mut w, 20 + about, 1, false, 300), None);
+        }
+        assert_eq!(note(&mut w, 30, 1, false, 300), Some(LeftOut::Origins));
+        w.expire(300 + W + 1);
         assert!(w.is_empty());
+        assert_eq!((w.origins, w.per_interface.len()), (0, 0));
+        assert_eq!(
+            LeftOut::ALL.map(LeftOut::as_str),
+            ["interface", "origins", "total"]
+        );
     }
 
     #[test]

@@ -306,6 +306,12 @@ pub enum Event {
         /// For a refusal contradicted, the trace of the other call of the pair.
         other_trace: Option<[u8; 16]>,
     },
+    /// What an attempt said of its interface could not be remembered (DESIGN §13): a bound of
+    /// the witness was reached.
+    Unwitnessed {
+        /// Which.
+        reason: honesty::LeftOut,
+    },
     /// Keys were evicted.
     Evicted {
         /// Why.
@@ -474,7 +480,11 @@ impl Tracker {
         out: &mut Vec<Event>,
     ) {
         let interface = obs.group.interface;
-        let (found, _) = witness.note(interface, &obs.testimony, (obs.start, now, obs.trace_id));
+        let (found, left_out) =
+            witness.note(interface, &obs.testimony, (obs.start, now, obs.trace_id));
+        if let Some(reason) = left_out {
+            out.push(Event::Unwitnessed { reason });
+        }
         if found == [None, None] {
             // Nearly always: nothing to count.
             return;

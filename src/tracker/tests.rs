@@ -105,6 +105,7 @@ struct Counts {
     counted: u32,
     evicted: u32,
     contradictions: u32,
+    unwitnessed: u32,
 }
 
 fn tally(events: &[Event]) -> Counts {
@@ -123,6 +124,7 @@ fn tally(events: &[Event]) -> Counts {
             Event::Honored { .. } => c.honored += 1,
             Event::Evicted { keys, .. } => c.evicted += keys as u32,
             Event::Contradicted { .. } => c.contradictions += 1,
+            Event::Unwitnessed { .. } => c.unwitnessed += 1,
         }
     }
     c
@@ -1534,7 +1536,7 @@ fn counted(events: &[Event]) -> Verdicts {
                 assert!(again.is_none(), "counted twice");
             }
             Event::Honored { labels } => *honored.entry(*labels).or_default() += 1,
-            Event::Evicted { .. } | Event::Contradicted { .. } => {}
+            Event::Evicted { .. } | Event::Contradicted { .. } | Event::Unwitnessed { .. } => {}
         }
     }
     (verdicts, honored)
@@ -1879,6 +1881,7 @@ fn more_testimonies_than_a_flush_holds_are_all_noted() {
         served: !refused,
         drift: None,
         witness: 1 + u32::from(refused),
+        configured: true,
     };
     let mut items: Vec<Observation> = Vec::new();
     for k in 0..100u64 {
