@@ -607,6 +607,16 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_client_is_a_witness_of_its_own_and_never_the_server() {
+        assert_ne!(Testimony::client(0), SERVER, "an id of 0 is a client still");
+        assert_ne!(Testimony::client(5), SERVER);
+        assert_ne!(Testimony::client(5), Testimony::client(6));
+        assert_eq!(Testimony::client(5), Testimony::client(5));
+        // The high half folded in: ids alike below differ.
+        assert_ne!(Testimony::client(7 << 32 | 5), Testimony::client(5));
+    }
+
     fn by(witness: u32, t: Testimony) -> Testimony {
         Testimony { witness, ..t }
     }
