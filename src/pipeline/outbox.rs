@@ -91,10 +91,9 @@ impl Outbox {
         true
     }
 
-    /// Gives withheld span `key` the tags its call was counted with (`write` appends them);
-    /// when the call can no longer change (`last`), the span is ready to leave. Nothing when
-    /// it is not withheld.
-    pub fn verdict(&mut self, key: &SpanKey, last: bool, write: impl FnOnce(&mut Vec<u8>)) {
+    /// Gives withheld span `key` the tags its call was counted with (`write` appends them).
+    /// Nothing when it is not withheld.
+    pub fn verdict(&mut self, key: &SpanKey, write: impl FnOnce(&mut Vec<u8>)) {
         let Some(parcel) = self.parcels.get_mut(key) else {
             return;
         };
@@ -102,9 +101,6 @@ impl Outbox {
         parcel.tags.clear();
         write(&mut parcel.tags);
         self.bytes += parcel.bytes();
-        if last {
-            self.release(key);
-        }
     }
 
     /// Makes withheld span `key` ready to leave, with the tags it has: its call can no longer
@@ -208,16 +204,18 @@ mod tests {
         let mut o = Outbox::new(100, 10, 1 << 20);
         assert!(o.hold(key(1), parcel(5, b"")));
         assert_eq!(o.len(), 1);
-        o.verdict(&key(1), false, |t| t.extend_from_slice(b"first"));
+        o.verdict(&key(1), |t| t.extend_from_slice(b"first"));
         assert!(!o.has_ready(), "not final");
-        o.verdict(&key(1), true, |t| t.extend_from_slice(b"last"));
+        o.verdict(&key(1), |t| t.extend_from_slice(b"last"));
+        o.release(&key(1));
         assert!(o.has_ready());
         assert_eq!((o.len(), o.pending()), (0, 1), "ready, not withheld");
         assert_eq!(tags(&o.take_ready()), [&b"last"[..]]);
         assert_eq!(o.len(), 0);
         assert_eq!(o.bytes(), 0, "all given back");
         // A verdict for a span not withheld: nothing.
-        o.verdict(&key(2), true, |t| t.push(1));
+        o.verdict(&key(2), |t| t.push(1));
+        o.release(&key(2));
         assert!(o.take_ready().is_empty());
     }
 
@@ -226,7 +224,7 @@ mod tests {
         let mut o = Outbox::new(100, 10, 1 << 20);
         o.hold(key(1), parcel(5, b"a"));
         o.hold(key(2), parcel(50, b"b"));
-        o.verdict(&key(1), false, |t| t.extend_from_slice(b"c"));
+        o.verdict(&key(1), |t| t.extend_from_slice(b"c"));
         o.due(104);
         assert!(!o.has_ready(), "before its deadline");
         o.due(105);
@@ -240,7 +238,7 @@ mod tests {
     fn a_span_that_left_early_is_passed_over_at_its_deadline() {
         let mut o = Outbox::new(100, 10, 1 << 20);
         o.hold(key(1), parcel(5, b""));
-        o.verdict(&key(1), true, |_| {});
+        o.release(&key(1));
         assert_eq!(o.take_ready().len(), 1);
         // The same span again later (an exporter's retry): its own deadline, not the first's.
         o.hold(key(1), parcel(60, b"x"));
@@ -257,7 +255,7 @@ mod tests {
         o.hold(key(1), parcel(5, b""));
         // "span" and the envelope's "r" and "s".
         assert_eq!(o.bytes(), entry + 4 + 2);
-        o.verdict(&key(1), false, |t| t.extend_from_slice(&[7; 100]));
+        o.verdict(&key(1), |t| t.extend_from_slice(&[7; 100]));
         let tagged = o.bytes();
         assert!((entry + 106..entry + 140).contains(&tagged), "{tagged}");
         o.hold(key(2), parcel(5, b"xyz"));
@@ -291,7 +289,7 @@ mod tests {
         let mut o = Outbox::new(100, 2, 1 << 20);
         for n in 0..10 {
             assert!(o.hold(key(n), parcel(u64::from(n), b"")));
-            o.verdict(&key(n), true, |_| {});
+            o.release(&key(n));
         }
         assert!(o.order.len() <= 4, "{}", o.order.len());
         assert_eq!(o.take_ready().len(), 10);
@@ -302,7 +300,8 @@ mod tests {
         let mut o = Outbox::new(100, 10, 1 << 20);
         o.hold(key(1), parcel(5, b"kept"));
         o.hold(key(2), parcel(6, b""));
-        o.verdict(&key(2), true, |t| t.extend_from_slice(b"final"));
+        o.verdict(&key(2), |t| t.extend_from_slice(b"final"));
+        o.release(&key(2));
         let (all, waiting) = o.take_all();
         assert_eq!(waiting, 1);
         assert_eq!(tags(&all), [&b"final"[..], &b""[..]]);

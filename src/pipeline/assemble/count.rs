@@ -65,7 +65,7 @@ impl<'r> Counting<'r> {
             }
             None => {
                 if let Some(outbox) = self.outbox.as_deref_mut() {
-                    outbox.verdict(key, false, write);
+                    outbox.verdict(key, write);
                 }
             }
         }
