@@ -13,11 +13,11 @@
 //!
 //! [`request`] is pure; [`Pusher`] is the edge.
 
-use crate::config::{Compression, ExportProtocol, OtlpMetricsConfig};
+use crate::config::{ExportProtocol, OtlpMetricsConfig};
+use crate::export::Refused;
 use crate::openmetrics::Exemplar;
 use crate::pipeline::Pipeline;
 use crate::retry::{self, Answer, Backoff};
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1 as otlp;
@@ -178,9 +178,13 @@ fn point_exemplar(e: Exemplar) -> otlp::Exemplar {
     }
 }
 
-/// Where pushes go.
+/// The gRPC path of `MetricsService/Export`.
+const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// Where pushes go: a gRPC channel with the compressor kept for it, or an HTTP client, its
+/// URL and compressor.
 enum Target {
-    Grpc(MetricsServiceClient<tonic::transport::Channel>),
+    Grpc(tonic::transport::Channel, crate::export::Packer),
     Http(reqwest::Client, String, crate::export::Packer),
 }
 
@@ -195,20 +199,10 @@ impl Target {
         let section = "exporters.otlp_metrics";
         let (endpoint, tls) = (config.endpoint.as_str(), config.tls.as_ref());
         Ok(match config.protocol {
-            ExportProtocol::Grpc => {
-                let channel =
-                    crate::export::grpc_channel(endpoint, tls, section, config.timeout, base_dir)?;
-                let client = MetricsServiceClient::new(channel);
-                Target::Grpc(match config.compression {
-                    Compression::Gzip => {
-                        client.send_compressed(tonic::codec::CompressionEncoding::Gzip)
-                    }
-                    Compression::Zstd => {
-                        client.send_compressed(tonic::codec::CompressionEncoding::Zstd)
-                    }
-                    Compression::None => client,
-                })
-            }
+            ExportProtocol::Grpc => Target::Grpc(
+                crate::export::grpc_channel(endpoint, tls, section, config.timeout, base_dir)?,
+                crate::export::Packer::new(config.compression)?,
+            ),
             ExportProtocol::HttpProtobuf => Target::Http(
                 crate::export::http_client(endpoint, tls, section, base_dir)?,
                 crate::export::signal_url(endpoint, "/v1/metrics"),
@@ -223,23 +217,23 @@ impl Target {
         request: &ExportMetricsServiceRequest,
     ) -> Result<(), Failure> {
         match self {
-            Target::Grpc(client) => {
-                let mut call = tonic::Request::new(request.clone());
-                call.set_timeout(config.timeout);
-                for (name, value) in &config.headers {
-                    let (Ok(name), Ok(value)) = (
-                        tonic::metadata::MetadataKey::from_bytes(name.as_bytes()),
-                        value.parse(),
-                    ) else {
-                        return Err(Failure::Final(format!(
-                            "header {name} is not valid metadata"
-                        )));
-                    };
-                    call.metadata_mut().insert(name, value);
-                }
-                match client.export(call).await {
+            Target::Grpc(channel, packer) => {
+                // Framed and read by the exporter's own unary call: its answer read within
+                // bounds (tonic's client drains every message a server sends after it).
+                let call = crate::export::Unary {
+                    path: METRICS_EXPORT_PATH,
+                    headers: &config.headers,
+                    timeout: config.timeout,
+                };
+                let message = vec![bytes::Bytes::from(request.encode_to_vec())];
+                match call.send(channel, packer, message).await {
                     Ok(_) => Ok(()),
-                    Err(status) => {
+                    Err(Refused::TimedOut) => Err(Failure::Retry(
+                        None,
+                        format!("no answer within {:?}", config.timeout),
+                    )),
+                    Err(Refused::TooLarge(why) | Refused::Final(why)) => Err(Failure::Final(why)),
+                    Err(Refused::Status(status)) => {
                         use tonic::Code;
                         use tonic_types::StatusExt;
                         let problem = format!("{:?}: {}", status.code(), status.message());

@@ -1857,6 +1857,49 @@ impl http_body::Body for EndlessBody {
     }
 }
 
+/// An answer's body that never ends and is never empty: gRPC messages of no bytes (a flag and
+/// a length of 0), 64 KiB of them a frame, as fast as they are read.
+struct EndlessMessages;
+
+impl http_body::Body for EndlessMessages {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        static MESSAGES: [u8; 65_535] = [0; 65_535];
+        let frame = http_body::Frame::data(bytes::Bytes::from_static(&MESSAGES));
+        std::task::Poll::Ready(Some(Ok(frame)))
+    }
+}
+
+/// A gRPC receiver on a loopback port that answers every request at once with 200, then
+/// empty messages, forever (`EndlessMessages`).
+async fn messages_forever() -> u16 {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = hyper::service::service_fn(move |_| async move {
+                hyper::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .body(EndlessMessages)
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    port
+}
+
 /// A receiver on a loopback port that answers every request at once with 200 and the
 /// `content_type`, over HTTP/2 (`http2`, as gRPC) or HTTP/1, and then never sends the body.
 async fn headers_then_nothing(http2: bool, content_type: &'static str) -> u16 {
@@ -1903,7 +1946,13 @@ async fn a_stalled_metrics_receiver_costs_neither_the_shutdown_deadline_nor_the_
     .await;
     let grpc_stalled = headers_then_nothing(true, "application/grpc").await;
     let http_stalled = headers_then_nothing(false, "application/x-protobuf").await;
+    let endless = messages_forever().await;
     let receivers = [
+        (
+            "a gRPC receiver whose answer never ends (empty messages, as fast as read)",
+            format!("http://127.0.0.1:{endless}"),
+            "grpc",
+        ),
         (
             "a gRPC receiver that sends headers, then nothing",
             format!("http://127.0.0.1:{grpc_stalled}"),

@@ -75,61 +75,25 @@ pub(super) async fn send_grpc(
     config: &OtlpExporterConfig,
     batch: Batch,
 ) -> Sent {
-    use tonic::codegen::http::{header, HeaderName, HeaderValue, Method, Request};
     use tonic::Code;
     use tonic_types::StatusExt;
-    let (compressed, mut parts) = match packer.encoding() {
-        None => (false, batch),
-        Some(_) => match packer.pack(&batch) {
-            Ok(packed) => (true, vec![Bytes::from(packed)]),
-            Err(_) => return Sent::Final("compressing the batch failed".to_owned()),
-        },
+    let call = Unary {
+        path: EXPORT_PATH,
+        headers: &config.headers,
+        timeout: config.timeout,
     };
-    let length: usize = parts.iter().map(Bytes::len).sum();
-    let Ok(length) = u32::try_from(length) else {
-        return Sent::TooLarge(format!("a gRPC message of {length} bytes"));
-    };
-    let mut prefix = [u8::from(compressed), 0, 0, 0, 0];
-    prefix[1..].copy_from_slice(&length.to_be_bytes());
-    parts.insert(0, Bytes::copy_from_slice(&prefix));
-    let mut request = Request::new(tonic::body::Body::new(Parts::new(parts)));
-    *request.method_mut() = Method::POST;
-    *request.uri_mut() = tonic::codegen::http::Uri::from_static(EXPORT_PATH);
-    let headers = request.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert(header::TE, HeaderValue::from_static("trailers"));
-    headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
-    if let Ok(timeout) = HeaderValue::try_from(grpc_timeout(config.timeout)) {
-        headers.insert("grpc-timeout", timeout);
-    }
-    if let Some(encoding) = packer.encoding() {
-        headers.insert("grpc-encoding", HeaderValue::from_static(encoding));
-    }
-    for (k, v) in &config.headers {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()),
-            HeaderValue::try_from(v.as_str()),
-        ) {
-            headers.insert(k, v);
+    let status = match call.send(channel, packer, batch).await {
+        Ok(answer) => {
+            // One uncompressed message (no grpc-accept-encoding was offered).
+            let response = ExportTraceServiceResponse::decode(answer).unwrap_or_default();
+            return partial(&response);
         }
-    }
-    let call = async {
-        let mut channel = channel.clone();
-        std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut channel, cx))
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let response = tower_service::Service::call(&mut channel, request)
-            .await
-            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        grpc_answer(response).await
-    };
-    let status = match tokio::time::timeout(config.timeout, call).await {
-        Err(_) => return Sent::Retry(format!("timed out after {:?}", config.timeout), None),
-        Ok(Ok(response)) => return partial(&response),
-        Ok(Err(status)) => status,
+        Err(Refused::TooLarge(why)) => return Sent::TooLarge(why),
+        Err(Refused::Final(why)) => return Sent::Final(why),
+        Err(Refused::TimedOut) => {
+            return Sent::Retry(format!("timed out after {:?}", config.timeout), None)
+        }
+        Err(Refused::Status(status)) => status,
     };
     let hint = status.get_details_retry_info().and_then(|r| r.retry_delay);
     let why = format!("{:?}: {}", status.code(), status.message());
@@ -146,6 +110,100 @@ pub(super) async fn send_grpc(
     }
 }
 
+/// One unary gRPC call, framed and read here rather than by tonic's client: its message
+/// compressed by a kept [`Packer`], its answer read within [`MAX_ANSWER`] bytes (tonic's
+/// client reads every message a server sends after the answer, looking for its trailers: an
+/// endless stream of them keeps the task busy where no timeout can stop it), and the whole
+/// within `timeout`. What the exporter forwards with, and the OTLP metrics push.
+pub(crate) struct Unary<'a> {
+    /// The method's path.
+    pub path: &'static str,
+    /// Headers (gRPC metadata) sent with it.
+    pub headers: &'a std::collections::BTreeMap<String, String>,
+    /// How long the whole call may take.
+    pub timeout: Duration,
+}
+
+/// Why a [`Unary`] call has no answer.
+pub(crate) enum Refused {
+    /// The message is too large to frame.
+    TooLarge(String),
+    /// It could not be sent as it is (compression failed).
+    Final(String),
+    /// No answer within the timeout.
+    TimedOut,
+    /// The server's status (or the transport's, as gRPC maps it).
+    Status(tonic::Status),
+}
+
+impl Unary<'_> {
+    /// Sends `message` (an encoded request, in parts) over `channel`; returns the answer's
+    /// message bytes (empty for a trailers-only answer).
+    pub(crate) async fn send(
+        &self,
+        channel: &tonic::transport::Channel,
+        packer: &mut Packer,
+        message: Batch,
+    ) -> Result<Bytes, Refused> {
+        use tonic::codegen::http::{header, HeaderName, HeaderValue, Method, Request};
+        let (compressed, mut parts) = match packer.encoding() {
+            None => (false, message),
+            Some(_) => match packer.pack(&message) {
+                Ok(packed) => (true, vec![Bytes::from(packed)]),
+                Err(_) => return Err(Refused::Final("compressing the message failed".into())),
+            },
+        };
+        let length: usize = parts.iter().map(Bytes::len).sum();
+        let Ok(length) = u32::try_from(length) else {
+            return Err(Refused::TooLarge(format!(
+                "a gRPC message of {length} bytes"
+            )));
+        };
+        let mut prefix = [u8::from(compressed), 0, 0, 0, 0];
+        prefix[1..].copy_from_slice(&length.to_be_bytes());
+        parts.insert(0, Bytes::copy_from_slice(&prefix));
+        let mut request = Request::new(tonic::body::Body::new(Parts::new(parts)));
+        *request.method_mut() = Method::POST;
+        *request.uri_mut() = tonic::codegen::http::Uri::from_static(self.path);
+        let headers = request.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+        headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+        if let Ok(timeout) = HeaderValue::try_from(grpc_timeout(self.timeout)) {
+            headers.insert("grpc-timeout", timeout);
+        }
+        if let Some(encoding) = packer.encoding() {
+            headers.insert("grpc-encoding", HeaderValue::from_static(encoding));
+        }
+        for (k, v) in self.headers {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes()),
+                HeaderValue::try_from(v.as_str()),
+            ) {
+                headers.insert(k, v);
+            }
+        }
+        let call = async {
+            let mut channel = channel.clone();
+            std::future::poll_fn(|cx| tower_service::Service::poll_ready(&mut channel, cx))
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            let response = tower_service::Service::call(&mut channel, request)
+                .await
+                .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+            grpc_answer(response).await
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => Err(Refused::TimedOut),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(status)) => Err(Refused::Status(status)),
+        }
+    }
+}
+
 /// A `grpc-timeout` header value: milliseconds, or seconds past what eight digits hold.
 pub(super) fn grpc_timeout(timeout: Duration) -> String {
     match timeout.as_millis() {
@@ -156,10 +214,10 @@ pub(super) fn grpc_timeout(timeout: Duration) -> String {
 
 /// Reads a gRPC answer: the status from the headers (a trailers-only answer) or from the
 /// trailers after the message; an HTTP failure mapped to its gRPC code as gRPC's
-/// HTTP-to-gRPC mapping says.
+/// HTTP-to-gRPC mapping says. Returns the answer's message bytes (empty when there is none).
 pub(super) async fn grpc_answer(
     response: tonic::codegen::http::Response<tonic::body::Body>,
-) -> Result<ExportTraceServiceResponse, tonic::Status> {
+) -> Result<Bytes, tonic::Status> {
     use http_body_util::BodyExt;
     use tonic::{Code, Status};
     let (head, body) = response.into_parts();
@@ -177,7 +235,7 @@ pub(super) async fn grpc_answer(
     if let Some(status) = Status::from_header_map(&head.headers) {
         // Trailers-only: no message.
         return match status.code() {
-            Code::Ok => Ok(ExportTraceServiceResponse::default()),
+            Code::Ok => Ok(Bytes::new()),
             _ => Err(status),
         };
     }
@@ -198,10 +256,11 @@ pub(super) async fn grpc_answer(
         Some(status) => return Err(status),
         None => return Err(Status::internal("the answer carries no grpc-status")),
     }
-    // One uncompressed message (no grpc-accept-encoding was offered): flag, length, bytes.
+    // One message: flag, length, bytes.
     let message = whole.to_bytes();
-    Ok(message
-        .get(5..)
-        .and_then(|m| ExportTraceServiceResponse::decode(m).ok())
-        .unwrap_or_default())
+    Ok(if message.len() > 5 {
+        message.slice(5..)
+    } else {
+        Bytes::new()
+    })
 }

@@ -427,6 +427,7 @@ pub use client::{
     Packer,
 };
 pub use grpc::{RawCodec, RawEncoder, ResponseDecoder, EXPORT_PATH};
+pub(crate) use grpc::{Refused, Unary};
 pub use http::signal_url;
 
 #[cfg(test)]
