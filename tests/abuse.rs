@@ -1842,8 +1842,9 @@ fn silent_receiver() -> (std::net::TcpListener, u16) {
     (listener, port)
 }
 
-/// An answer's body that never ends, nor sends a byte.
-struct EndlessBody;
+/// An answer's body that never ends: with no bytes, one that never sends a byte; with
+/// some, one that sends them again and again, as fast as they are read.
+struct EndlessBody(Option<bytes::Bytes>);
 
 impl http_body::Body for EndlessBody {
     type Data = bytes::Bytes;
@@ -1853,56 +1854,31 @@ impl http_body::Body for EndlessBody {
         self: std::pin::Pin<&mut Self>,
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        std::task::Poll::Pending
-    }
-}
-
-/// An answer's body that never ends and is never empty: gRPC messages of no bytes (a flag and
-/// a length of 0), 64 KiB of them a frame, as fast as they are read.
-struct EndlessMessages;
-
-impl http_body::Body for EndlessMessages {
-    type Data = bytes::Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
-        static MESSAGES: [u8; 65_535] = [0; 65_535];
-        let frame = http_body::Frame::data(bytes::Bytes::from_static(&MESSAGES));
-        std::task::Poll::Ready(Some(Ok(frame)))
-    }
-}
-
-/// A gRPC receiver on a loopback port that answers every request at once with 200, then
-/// empty messages, forever (`EndlessMessages`).
-async fn messages_forever() -> u16 {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a free port");
-    let port = listener.local_addr().expect("bound").port();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let service = hyper::service::service_fn(move |_| async move {
-                hyper::Response::builder()
-                    .header("content-type", "application/grpc")
-                    .body(EndlessMessages)
-            });
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
+        match &self.0 {
+            None => std::task::Poll::Pending,
+            Some(bytes) => {
+                let frame = http_body::Frame::data(bytes.clone());
+                std::task::Poll::Ready(Some(Ok(frame)))
+            }
         }
-    });
-    port
+    }
 }
+
+/// gRPC messages of no bytes (a flag and a length of 0), 64 KiB of them.
+static EMPTY_MESSAGES: [u8; 65_535] = [0; 65_535];
 
 /// A receiver on a loopback port that answers every request at once with 200 and the
 /// `content_type`, over HTTP/2 (`http2`, as gRPC) or HTTP/1, and then never sends the body.
 async fn headers_then_nothing(http2: bool, content_type: &'static str) -> u16 {
+    answering(http2, content_type, || EndlessBody(None)).await
+}
+
+/// A receiver on a loopback port that answers every request at once with 200, the
+/// `content_type` and the body `body` makes, over HTTP/2 (`http2`) or HTTP/1.
+async fn answering<B>(http2: bool, content_type: &'static str, body: fn() -> B) -> u16
+where
+    B: http_body::Body<Data = bytes::Bytes, Error = std::convert::Infallible> + Send + 'static,
+{
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -1913,7 +1889,7 @@ async fn headers_then_nothing(http2: bool, content_type: &'static str) -> u16 {
             let service = hyper::service::service_fn(move |_| async move {
                 hyper::Response::builder()
                     .header("content-type", content_type)
-                    .body(EndlessBody)
+                    .body(body())
             });
             let io = TokioIo::new(stream);
             tokio::spawn(async move {
@@ -1946,7 +1922,9 @@ async fn a_stalled_metrics_receiver_costs_neither_the_shutdown_deadline_nor_the_
     .await;
     let grpc_stalled = headers_then_nothing(true, "application/grpc").await;
     let http_stalled = headers_then_nothing(false, "application/x-protobuf").await;
-    let endless = messages_forever().await;
+    // Empty gRPC messages forever, as fast as they are read.
+    let messages = || EndlessBody(Some(bytes::Bytes::from_static(&EMPTY_MESSAGES)));
+    let endless = answering(true, "application/grpc", messages).await;
     let receivers = [
         (
             "a gRPC receiver whose answer never ends (empty messages, as fast as read)",

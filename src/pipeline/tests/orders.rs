@@ -236,6 +236,18 @@ fn counted(exports: &[Vec<u8>]) -> Vec<String> {
     lines
 }
 
+/// The spans `all` in the arrival `order`, cut into exports after span `k` when `cuts[k]`.
+fn cut<'a>(all: &[(&'a str, Span)], order: &[usize], cuts: &[bool]) -> Vec<Vec<(&'a str, Span)>> {
+    let mut exports = vec![Vec::new()];
+    for (k, &at) in order.iter().enumerate() {
+        if k > 0 && cuts[k - 1] {
+            exports.push(Vec::new());
+        }
+        exports.last_mut().expect("one").push(all[at].clone());
+    }
+    exports
+}
+
 /// Calls, an arrival order of their spans, and where the exports are cut.
 type Case = (Vec<Tree>, Vec<usize>, Vec<bool>);
 
@@ -266,13 +278,7 @@ proptest! {
             .flat_map(|(n, t)| spans(n as u8 + 1, t))
             .collect();
         let whole = counted(&[export(&all)]);
-        let mut exports = vec![Vec::new()];
-        for (k, &at) in order.iter().enumerate() {
-            if k > 0 && cuts[k - 1] {
-                exports.push(Vec::new());
-            }
-            exports.last_mut().expect("one").push(all[at].clone());
-        }
+        let exports = cut(&all, &order, &cuts);
         let bodies: Vec<Vec<u8>> = exports.iter().map(|e| export(e)).collect();
         let split = counted(&bodies);
         let ids: Vec<Vec<(u8, u8)>> = exports
@@ -355,13 +361,7 @@ proptest! {
             .enumerate()
             .flat_map(|(n, t)| spans(n as u8 + 1, t))
             .collect();
-        let mut exports = vec![Vec::new()];
-        for (k, &at) in order.iter().enumerate() {
-            if k > 0 && cuts[k - 1] {
-                exports.push(Vec::new());
-            }
-            exports.last_mut().expect("one").push(all[at].clone());
-        }
+        let exports = cut(&all, &order, &cuts);
         let bodies: Vec<Vec<u8>> = exports.iter().map(|e| export(e)).collect();
         let (out, metrics) = forwarded_after(&bodies, early);
         // A call is whole, as §11.5 reads it, once its protocol span has come with the server
