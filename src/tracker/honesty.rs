@@ -314,9 +314,10 @@ fn keep(times: &mut Times, at: Nanos, by: u32) {
     times.by[i] = by;
 }
 
-/// Whether two witnesses are two: either is the server, or they are different clients.
+/// Whether two witnesses are two: either is the server, or they are different clients (a
+/// client is never [`SERVER`], so witnesses that differ are two, and alike, both the server).
 fn two(a: u32, b: u32) -> bool {
-    a == SERVER || b == SERVER || a != b
+    a != b || a == SERVER
 }
 
 /// A time of `times` within `window` of `at` that another witness than `by` saw, when one is.
