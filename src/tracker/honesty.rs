@@ -688,6 +688,20 @@ mod tests {
             kinds(&mut w, &[(drift(1, us), 100 + 5 * W)]),
             [(us, 100 + 5 * W)]
         );
+        // Three apart in time: the third takes the place of the oldest, not of the second.
+        let mut w = Witness::new(10, W);
+        let apart = [
+            (drift(1, us), 3 * W / 2),
+            (drift(2, us), 3 * W),
+            (drift(3, us), 6 * W),
+        ];
+        assert_eq!(kinds(&mut w, &apart), []);
+        let fourth = 3 * W + 9 * W / 10;
+        assert_eq!(
+            kinds(&mut w, &[(drift(4, us), fourth)]),
+            [(us, fourth)],
+            "2's kept"
+        );
         let mut w = Witness::new(10, W);
         let late = [
             (drift(1, us), 5 * W),
