@@ -2254,7 +2254,9 @@ tracker:
         1.0,
         "{m}"
     );
-    // Each origin past its own share, and all of them past the origins' half.
+    // The origins past their half (and an origin past its own share, where a shard of the
+    // witness got more of its operations than its share: where they land is the process's
+    // random seed's).
     let left_out = |reason| {
         common::value(
             &m,
@@ -2262,7 +2264,6 @@ tracker:
             &[("reason", reason)],
         )
     };
-    assert!(left_out("interface") > 0.0, "{m}");
     assert!(left_out("origins") > 0.0, "{m}");
     assert!(
         left_out("interface") + left_out("origins") >= 4_000.0,
