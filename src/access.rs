@@ -4,10 +4,14 @@
 //! The token checks are pure (parsing the `Authorization` header, comparing in constant
 //! time); [`Tokens`] is the thin shell that reads token files and swaps the set on reload.
 //! [`Limit`] is a semaphore: a request over the limit is answered at once with a retryable
-//! status instead of waiting, so a flood cannot queue up unbounded memory.
+//! status instead of waiting, so a flood cannot queue up unbounded memory. It is taken once
+//! a request's body has arrived, so that a client that sends headers and then nothing (or
+//! trickles its body) holds no slot; what bodies being read hold is bounded apart, in bytes
+//! actually received, by [`Reading`].
 
 use crate::config::AuthConfig;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -126,7 +130,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The receivers' concurrency limit: at most `n` requests in flight, body reading included.
+/// The receivers' concurrency limit: at most `n` requests handled at once, each from the
+/// moment its body has arrived to its answer.
 #[derive(Debug, Clone)]
 pub struct Limit(Arc<Semaphore>);
 
@@ -142,9 +147,100 @@ impl Limit {
     }
 }
 
+/// A receiver's places: `requests` handled at once ([`Limit`]) and `reading_mib` MiB of
+/// bodies still arriving ([`Reading`]).
+pub fn places(requests: usize, reading_mib: u64) -> (Limit, Reading) {
+    let bytes = usize::try_from(reading_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
+    (Limit::new(requests), Reading::new(bytes))
+}
+
+/// The bytes of request bodies a receiver holds while they are still arriving, over all its
+/// connections: `max_reading_mib`. Charged as the bytes come, not as a request declares
+/// them, so a client that trickles its body or sends none holds next to nothing.
+#[derive(Debug, Clone)]
+pub struct Reading(Arc<ReadingBytes>);
+
+#[derive(Debug)]
+struct ReadingBytes {
+    held: AtomicUsize,
+    cap: usize,
+}
+
+impl Reading {
+    /// A budget of `cap` bytes.
+    pub fn new(cap: usize) -> Reading {
+        Reading(Arc::new(ReadingBytes {
+            held: AtomicUsize::new(0),
+            cap,
+        }))
+    }
+
+    /// A request's share of the budget, empty at first; what it took is given back when it
+    /// is dropped.
+    pub fn share(&self) -> Share {
+        Share {
+            reading: self.clone(),
+            bytes: 0,
+        }
+    }
+
+    /// The bytes held now.
+    pub fn held(&self) -> usize {
+        self.0.held.load(Ordering::Relaxed)
+    }
+}
+
+/// What one request's body holds of a [`Reading`] budget.
+#[derive(Debug)]
+pub struct Share {
+    reading: Reading,
+    bytes: usize,
+}
+
+impl Share {
+    /// Takes `n` more bytes; false, and nothing taken, when the budget has not that much left.
+    pub fn take(&mut self, n: usize) -> bool {
+        let budget = &self.reading.0;
+        let taken = budget
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(n).filter(|&after| after <= budget.cap)
+            })
+            .is_ok();
+        if taken {
+            self.bytes += n;
+        }
+        taken
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.reading.0.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_share_takes_what_fits_and_gives_it_all_back() {
+        let reading = Reading::new(10);
+        let mut one = reading.share();
+        assert!(one.take(6));
+        let mut two = reading.share();
+        assert!(!two.take(5), "6 + 5 is past 10");
+        assert!(two.take(4), "6 + 4 is 10 exactly");
+        assert!(!two.take(1));
+        assert_eq!(reading.held(), 10);
+        drop(one);
+        assert_eq!(reading.held(), 4);
+        assert!(two.take(6));
+        drop(two);
+        assert_eq!(reading.held(), 0);
+        assert!(!reading.share().take(usize::MAX), "no overflow");
+    }
 
     #[test]
     fn the_bearer_scheme_is_parsed_strictly() {

@@ -12,7 +12,7 @@
 //! queue drains, the state file is written (one writer at a time), and the admin endpoint
 //! stops last so a final scrape can still see the counts.
 
-use crate::access::{Limit, Tokens};
+use crate::access::{places, Tokens};
 use crate::admin;
 use crate::alert;
 use crate::config::Config;
@@ -553,12 +553,13 @@ fn spawn_receivers(
 ) -> JoinSet<()> {
     let mib = |n: u64| usize::try_from(n.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
     let receiver_tokens = tokens;
+    let otlp = &config.receivers.otlp;
     let mut receivers = JoinSet::new();
     let trace_service = grpc::TraceService::new(
         Arc::clone(pipeline),
         mib(config.receivers.otlp.grpc.max_recv_msg_size_mib),
         Arc::clone(receiver_tokens),
-        Limit::new(config.receivers.otlp.grpc.max_concurrent_requests),
+        places(otlp.grpc.max_concurrent_requests, otlp.grpc.max_reading_mib),
     );
     let grpc_routes = tonic::service::Routes::new(trace_service)
         .add_service(Gate::server(
@@ -577,7 +578,7 @@ fn spawn_receivers(
         Arc::clone(pipeline),
         mib(config.receivers.otlp.http.max_request_body_size_mib),
         Arc::clone(receiver_tokens),
-        Limit::new(config.receivers.otlp.http.max_concurrent_requests),
+        places(otlp.http.max_concurrent_requests, otlp.http.max_reading_mib),
     );
     receivers.spawn(supervisor.watch(
         "OTLP/HTTP receiver",

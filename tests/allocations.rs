@@ -332,7 +332,7 @@ fn sending_a_batch_allocates_per_batch_not_per_span() {
 fn http_request_allocations(spans: u64) -> (u64, u64) {
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
-    use refusal_gate::access::{Limit, Tokens};
+    use refusal_gate::access::{Limit, Reading, Tokens};
     use tower_service::Service;
     let p = Arc::new(pipeline());
     let tokens = Tokens::load(&Default::default(), std::path::Path::new(".")).expect("none");
@@ -340,7 +340,7 @@ fn http_request_allocations(spans: u64) -> (u64, u64) {
         Arc::clone(&p),
         4 << 20,
         Arc::new(tokens),
-        Limit::new(8),
+        (Limit::new(8), Reading::new(64 << 20)),
     );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()

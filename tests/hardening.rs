@@ -1,7 +1,9 @@
 //! Black-box tests of what keeps strangers out and floods bounded: bearer-token
 //! authentication on both receivers (with the OpenTelemetry SDK's own exporters carrying
-//! the token, and raw requests to see the exact answers) and on the admin endpoint, and the
-//! receivers' concurrency limit answering with a retryable status and a retry hint.
+//! the token, and raw requests to see the exact answers) and on the admin endpoint, the
+//! receivers' concurrency limit answering with a retryable status and a retry hint, and an
+//! ordinary exporter getting through beside one HTTP/2 connection that holds or resets its
+//! streams and HTTP/1 connections that trickle their bodies.
 
 mod common;
 
@@ -180,6 +182,41 @@ async fn the_admin_endpoint_requires_its_own_token_except_for_the_probes() {
     server.shutdown().await;
 }
 
+/// Spans enough to keep the pipeline busy a while: some 3.5 MiB of protobuf.
+fn heavy_export() -> Vec<u8> {
+    let spans = (0..3500)
+        .map(|i| {
+            let mut span = http_span(i, "GET", "http://api.test/x", 200);
+            span.attributes.push(common::kv(
+                "payload",
+                opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(
+                    "x".repeat(900),
+                ),
+            ));
+            span
+        })
+        .collect();
+    export("heavy", spans)
+}
+
+/// Sends `heavy` and, while it is being handled, `light` requests until one is refused:
+/// that refusal, or `None` if none was in ten rounds.
+async fn refused_beside<T, H, L>(heavy: impl Fn() -> H, light: impl Fn() -> L) -> Option<T>
+where
+    H: std::future::Future<Output = ()> + Send + 'static,
+    L: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..10 {
+        let handled = tokio::spawn(heavy());
+        while !handled.is_finished() {
+            if let Some(refused) = light().await {
+                return Some(refused);
+            }
+        }
+    }
+    None
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_concurrency_limit_the_receivers_answer_retryable_with_a_hint() {
     let server = start(
@@ -195,8 +232,9 @@ admin:
     .await;
     let b = server.bound;
     let body = export("c", vec![http_span(1, "GET", "http://api.test/x", 200)]);
+    let heavy = Bytes::from(heavy_export());
 
-    // OTLP/HTTP: one request whose body never comes holds the only place.
+    // A request whose body never comes holds no place: one that arrived does.
     let mut held = tokio::net::TcpStream::connect(b.http)
         .await
         .expect("connects");
@@ -205,42 +243,312 @@ admin:
     )
     .await
     .expect("written");
+    let mut attacker = bare_http2(&b).await;
+    let _stream = headers_only(&mut attacker, 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let response = reqwest::Client::new()
+    common::send(&b, body.clone()).await;
+    assert_eq!(grpc_raw(&b, None, body.clone()).await.0, tonic::Code::Ok);
+
+    // OTLP/HTTP: a large export being handled holds the only place.
+    let client = reqwest::Client::new();
+    let post = |body: Bytes| {
+        client
+            .post(format!("http://{}/v1/traces", b.http))
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+    };
+    let refused = refused_beside(
+        || {
+            let answer = post(heavy.clone());
+            async move {
+                answer.await.expect("answers");
+            }
+        },
+        || {
+            let answer = post(Bytes::from(body.clone()));
+            async move { Some(answer.await.expect("answers")).filter(|r| r.status() != 200) }
+        },
+    )
+    .await
+    .expect("a request beside a large one being handled is refused");
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+
+    // OTLP/gRPC: the same.
+    let (code, hint) = refused_beside(
+        || {
+            let heavy = heavy.to_vec();
+            async move {
+                grpc_raw(&b, None, heavy).await;
+            }
+        },
+        || {
+            let body = body.clone();
+            async move { Some(grpc_raw(&b, None, body).await).filter(|r| r.0 != tonic::Code::Ok) }
+        },
+    )
+    .await
+    .expect("a request beside a large one being handled is refused");
+    assert_eq!(code, tonic::Code::Unavailable);
+    assert_eq!(hint, Some(std::time::Duration::from_secs(1)), "a RetryInfo");
+
+    let m = scrape(&b).await;
+    for transport in ["grpc", "http"] {
+        assert!(
+            value(
+                &m,
+                "refusal_gate_receiver_refused_requests_total",
+                &[("transport", transport), ("reason", "concurrency_limit")]
+            ) >= 1.0,
+            "{transport}"
+        );
+    }
+    server.shutdown().await;
+}
+
+/// Exports `n` requests of one span, one after the other on one channel, as an exporter does
+/// (no retries): how many the gRPC receiver accepted.
+async fn grpc_exports_accepted(bound: &Bound, n: u64) -> u64 {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", bound.grpc))
+        .expect("a valid endpoint")
+        .connect()
+        .await
+        .expect("connects");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    let mut accepted = 0;
+    for i in 0..n {
+        grpc.ready().await.expect("ready");
+        let body = export(
+            "bystander",
+            vec![http_span(i, "GET", "http://api.test/x", 200)],
+        );
+        let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
+        let request = tonic::Request::new(Bytes::from(body));
+        accepted += u64::from(grpc.unary(request, path, RawCodec).await.is_ok());
+    }
+    accepted
+}
+
+/// As [`grpc_exports_accepted`], over OTLP/HTTP on one kept-alive connection.
+async fn http_exports_accepted(bound: &Bound, n: u64) -> u64 {
+    let client = reqwest::Client::new();
+    let mut accepted = 0;
+    for i in 0..n {
+        let body = export(
+            "bystander",
+            vec![http_span(i, "GET", "http://api.test/x", 200)],
+        );
+        let answer = client
+            .post(format!("http://{}/v1/traces", bound.http))
+            .header("content-type", "application/x-protobuf")
+            .body(body)
+            .send()
+            .await
+            .expect("answers");
+        accepted += u64::from(answer.status() == 200);
+    }
+    accepted
+}
+
+/// One HTTP/2 connection to the gRPC port, driven in the background.
+async fn bare_http2(bound: &Bound) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(bound.grpc)
+        .await
+        .expect("connects");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    client
+}
+
+/// Opens `n` Export streams on `client` and sends their headers only: the streams, held open
+/// for as long as they live.
+async fn headers_only(
+    client: &mut h2::client::SendRequest<Bytes>,
+    n: usize,
+) -> Vec<h2::SendStream<Bytes>> {
+    let mut streams = Vec::with_capacity(n);
+    for _ in 0..n {
+        let request = tonic::codegen::http::Request::post(format!("http://x{EXPORT_PATH}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("a request");
+        *client = client.clone().ready().await.expect("room for a stream");
+        let (_answer, stream) = client.send_request(request, false).expect("sent");
+        streams.push(stream);
+    }
+    streams
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_connection_holding_or_resetting_a_hundred_streams_starves_no_exporter() {
+    let server = start(
+        "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+admin:
+  endpoint: 127.0.0.1:0
+",
+    )
+    .await;
+    let b = server.bound;
+
+    // A hundred streams with their headers only, on one connection, held while an ordinary
+    // exporter beside them sends a hundred exports.
+    let mut attacker = bare_http2(&b).await;
+    let held = headers_only(&mut attacker, 100).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let through = grpc_exports_accepted(&b, 100).await;
+    eprintln!("held streams: {through} of 100 exports accepted beside them");
+    assert!(through >= 95, "{through} of 100 exports accepted");
+    drop(held);
+
+    // A hundred HEADERS, a pause, a hundred RST_STREAMs, again and again, while the exporter
+    // sends again.
+    let attack = async {
+        for _ in 0..5 {
+            let mut streams = headers_only(&mut attacker, 100).await;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            for stream in &mut streams {
+                stream.send_reset(h2::Reason::CANCEL);
+            }
+        }
+    };
+    let ((), through) = tokio::join!(attack, grpc_exports_accepted(&b, 100));
+    eprintln!("reset streams: {through} of 100 exports accepted beside them");
+    assert!(through >= 95, "{through} of 100 exports accepted");
+
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let m = scrape(&b).await;
+    let abandoned = value(
+        &m,
+        "refusal_gate_receiver_abandoned_requests_total",
+        &[("transport", "grpc")],
+    );
+    eprintln!("reset streams: {abandoned} counted abandoned");
+    assert!(
+        (500.0..=600.0).contains(&abandoned),
+        "every reset stream, and the hundred held ones dropped, are counted abandoned: {abandoned}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_trickling_bodies_starve_no_exporter() {
+    let server = start(
+        "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+admin:
+  endpoint: 127.0.0.1:0
+",
+    )
+    .await;
+    let b = server.bound;
+    // 64 connections, each with a body of 100,000 bytes declared and one more byte every
+    // 100 ms.
+    let mut trickling = Vec::new();
+    for _ in 0..64 {
+        let mut s = tokio::net::TcpStream::connect(b.http)
+            .await
+            .expect("connects");
+        s.write_all(
+            b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\ncontent-length: 100000\r\n\r\n\x0a",
+        )
+        .await
+        .expect("written");
+        trickling.push(s);
+    }
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            for s in &mut trickling {
+                let _ = s.write_all(b"\x01").await;
+            }
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let through = http_exports_accepted(&b, 100).await;
+    eprintln!("trickling bodies: {through} of 100 exports accepted beside them");
+    assert!(through >= 95, "{through} of 100 exports accepted");
+    trickle.abort();
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_still_arriving_are_bounded_in_bytes_and_give_them_back() {
+    let server = start(
+        "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0, max_recv_msg_size_mib: 1, max_reading_mib: 1 }
+    http: { endpoint: 127.0.0.1:0, max_request_body_size_mib: 1, max_reading_mib: 1 }
+admin:
+  endpoint: 127.0.0.1:0
+",
+    )
+    .await;
+    let b = server.bound;
+    let mut span = http_span(1, "GET", "http://api.test/x", 200);
+    let payload = "x".repeat(300 << 10);
+    span.attributes.push(common::kv(
+        "payload",
+        opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(payload),
+    ));
+    let body = export("c", vec![span]);
+
+    // gRPC: 900 KiB of a message arrived, the rest not yet.
+    let mut attacker = bare_http2(&b).await;
+    let mut streams = headers_only(&mut attacker, 1).await;
+    let mut frame = vec![0u8, 0, 0x10, 0, 0];
+    frame.resize(900 << 10, 0x0a);
+    streams[0].reserve_capacity(frame.len());
+    streams[0]
+        .send_data(Bytes::from(frame), false)
+        .expect("sent");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let (code, hint) = grpc_raw(&b, None, body.clone()).await;
+    assert_eq!(code, tonic::Code::Unavailable, "300 KiB more do not fit");
+    assert_eq!(hint, Some(std::time::Duration::from_secs(1)), "a RetryInfo");
+    // The HTTP receiver has a budget of its own.
+    common::send(&b, body.clone()).await;
+    streams[0].send_reset(h2::Reason::CANCEL);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        grpc_raw(&b, None, body.clone()).await.0,
+        tonic::Code::Ok,
+        "given back"
+    );
+
+    // HTTP: the same, with a body on a plain socket.
+    let mut held = tokio::net::TcpStream::connect(b.http)
+        .await
+        .expect("connects");
+    held.write_all(
+        b"POST /v1/traces HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\ncontent-length: 1000000\r\n\r\n",
+    )
+    .await
+    .expect("written");
+    held.write_all(&vec![0x0a; 900 << 10])
+        .await
+        .expect("written");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let answer = reqwest::Client::new()
         .post(format!("http://{}/v1/traces", b.http))
         .header("content-type", "application/x-protobuf")
         .body(body.clone())
         .send()
         .await
         .expect("answers");
-    assert_eq!(response.status(), 503);
-    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(answer.status(), 503);
+    assert_eq!(answer.headers()["retry-after"], "1");
     drop(held);
-
-    // OTLP/gRPC: a stream that never sends its message holds the only place.
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", b.grpc))
-        .expect("a valid endpoint")
-        .connect()
-        .await
-        .expect("connects");
-    let mut holder = tonic::client::Grpc::new(channel);
-    let hold = tokio::spawn(async move {
-        holder.ready().await.expect("ready");
-        let path = tonic::codegen::http::uri::PathAndQuery::from_static(EXPORT_PATH);
-        let never = tokio_stream::pending::<Bytes>();
-        let _ = holder
-            .client_streaming(tonic::Request::new(never), path, RawCodec)
-            .await;
-    });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let (code, hint) = grpc_raw(&b, None, body.clone()).await;
-    assert_eq!(code, tonic::Code::Unavailable);
-    assert_eq!(hint, Some(std::time::Duration::from_secs(1)), "a RetryInfo");
-    hold.abort();
-
-    // Once the holders are gone, requests pass again.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(grpc_raw(&b, None, body.clone()).await.0, tonic::Code::Ok);
     common::send(&b, body).await;
 
     let m = scrape(&b).await;
@@ -249,7 +557,7 @@ admin:
             value(
                 &m,
                 "refusal_gate_receiver_refused_requests_total",
-                &[("transport", transport), ("reason", "concurrency_limit")]
+                &[("transport", transport), ("reason", "reading_limit")]
             ),
             1.0,
             "{transport}"

@@ -166,6 +166,7 @@ fn default_tls_reload() -> Duration {
 
 /// The default concurrency limit of each receiver.
 const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 64;
+const DEFAULT_MAX_READING_MIB: u64 = 128;
 /// The default connection cap of each receiver (the admin endpoint's is smaller).
 const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// The default time a client has to send a request's headers (HTTP/1).
@@ -186,8 +187,12 @@ pub struct GrpcReceiver {
     /// The largest request message accepted, after decompression, in MiB: an OTLP export or
     /// a Gate API request.
     pub max_recv_msg_size_mib: u64,
-    /// Requests in flight at once; past it, `UNAVAILABLE` with a retry hint.
+    /// Requests handled at once, each from the moment its message has arrived; past it,
+    /// `UNAVAILABLE` with a retry hint.
     pub max_concurrent_requests: usize,
+    /// Bytes of messages still arriving, over all connections, in MiB; a message that would
+    /// pass it is refused `UNAVAILABLE` with a retry hint. At least `max_recv_msg_size_mib`.
+    pub max_reading_mib: u64,
     /// Open connections at once; past it a new one is accepted and closed (counted).
     pub max_connections: usize,
     /// Streams a client may open at once on one HTTP/2 connection (advertised in SETTINGS).
@@ -216,6 +221,7 @@ impl Default for GrpcReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4317)),
             max_recv_msg_size_mib: 4,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_reading_mib: DEFAULT_MAX_READING_MIB,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_concurrent_streams: 100,
             read_timeout: DEFAULT_READ_TIMEOUT,
@@ -236,8 +242,12 @@ pub struct HttpReceiver {
     pub endpoint: SocketAddr,
     /// The largest request body accepted, in MiB, both as sent and after gzip inflation.
     pub max_request_body_size_mib: u64,
-    /// Requests in flight at once; past it, 503 with `Retry-After`.
+    /// Requests handled at once, each from the moment its body has arrived; past it, 503
+    /// with `Retry-After`.
     pub max_concurrent_requests: usize,
+    /// Bytes of bodies still arriving, over all connections, in MiB; a body that would pass
+    /// it is refused 503 with `Retry-After`. At least `max_request_body_size_mib`.
+    pub max_reading_mib: u64,
     /// Open connections at once; past it a new one is accepted and closed (counted).
     pub max_connections: usize,
     /// How long a client has to send a request's headers, from its first byte (or from
@@ -262,6 +272,7 @@ impl Default for HttpReceiver {
             endpoint: SocketAddr::from(([127, 0, 0, 1], 4318)),
             max_request_body_size_mib: 20,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_reading_mib: DEFAULT_MAX_READING_MIB,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             read_header_timeout: DEFAULT_READ_HEADER_TIMEOUT,
             read_timeout: DEFAULT_READ_TIMEOUT,

@@ -91,6 +91,8 @@ fn bad_configurations_name_the_key() {
                 "interfaces[1].name",
             ),
             ("receivers: { otlp: { http: { max_request_body_size_mib: 0 } } }", "max_request_body_size_mib"),
+            ("receivers: { otlp: { http: { max_reading_mib: 19 } } }", "receivers.otlp.http.max_reading_mib"),
+            ("receivers: { otlp: { grpc: { max_reading_mib: 3 } } }", "receivers.otlp.grpc.max_reading_mib"),
             ("exporters: { otlp: { endpoint: 'localhost:4317' } }", "exporters.otlp.endpoint"),
             ("exporters: { otlp: { endpoint: 'http://x:1', protocol: thrift } }", "protocol"),
             ("exporters: { otlp: { endpoint: 'http://x:1', on_full: block } }", "on_full"),
@@ -111,6 +113,12 @@ fn bad_configurations_name_the_key() {
             ("alerting: { min_severity: debug }", "min_severity"),
             ("alerting: { resolve_after: 0s }", "alerting.resolve_after"),
         ];
+    for text in [
+        "receivers: { otlp: { http: { max_reading_mib: 20 } } }",
+        "receivers: { otlp: { grpc: { max_reading_mib: 4 } } }",
+    ] {
+        Config::parse(text).expect("a budget of one whole body is enough");
+    }
     for (text, key) in cases {
         let err = Config::parse(text).expect_err(text).to_string();
         assert!(

@@ -30,6 +30,21 @@ impl Config {
                 "must be at least 1",
             );
         }
+        if self.receivers.otlp.grpc.max_reading_mib < self.receivers.otlp.grpc.max_recv_msg_size_mib
+        {
+            return invalid(
+                "receivers.otlp.grpc.max_reading_mib".into(),
+                "must be at least max_recv_msg_size_mib: a message of that size could never be read",
+            );
+        }
+        if self.receivers.otlp.http.max_reading_mib
+            < self.receivers.otlp.http.max_request_body_size_mib
+        {
+            return invalid(
+                "receivers.otlp.http.max_reading_mib".into(),
+                "must be at least max_request_body_size_mib: a body of that size could never be read",
+            );
+        }
         for (key, n) in [
             (
                 "receivers.otlp.grpc.max_concurrent_requests",

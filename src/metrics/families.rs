@@ -77,6 +77,13 @@ pub(super) const REFUSED_REQUESTS: Family = Family {
     labels: &["transport", "reason"],
 };
 
+/// `refusal_gate_receiver_abandoned_requests_total`.
+pub(super) const ABANDONED_REQUESTS: Family = Family {
+    name: "refusal_gate_receiver_abandoned_requests_total",
+    help: "Requests whose client reset the stream or closed the connection before their answer.",
+    labels: &["transport"],
+};
+
 /// `refusal_gate_receiver_truncated_spans_total`.
 pub(super) const TRUNCATED_SPANS: Family = Family {
     name: "refusal_gate_receiver_truncated_spans_total",

@@ -152,6 +152,7 @@ pub struct Metrics {
     batch_duration_by: [prometheus::Histogram; 2],
     refused_spans: IntCounterVec,
     refused_requests: IntCounterVec,
+    abandoned_requests: IntCounterVec,
     truncated_spans: IntCounterVec,
     tls_failures: IntCounterVec,
     listener_limits: IntCounterVec,
@@ -232,6 +233,7 @@ impl Metrics {
             cycles_cut: f::CYCLES_CUT.counter(&r),
             refused_spans,
             refused_requests: f::REFUSED_REQUESTS.counter_vec(&r),
+            abandoned_requests: f::ABANDONED_REQUESTS.counter_vec(&r),
             truncated_spans: f::TRUNCATED_SPANS.counter_vec(&r),
             tls_failures: f::TLS_FAILURES.counter_vec(&r),
             listener_limits: f::LISTENER_LIMITS.counter_vec(&r),
@@ -402,6 +404,14 @@ impl Metrics {
     pub fn refused_request(&self, transport: Transport, reason: &str) {
         self.refused_requests
             .with_label_values(&[transport.as_str(), reason])
+            .inc();
+    }
+
+    /// Counts one request its client gave up on before its answer (a reset stream, a
+    /// closed connection).
+    pub fn abandoned_request(&self, transport: Transport) {
+        self.abandoned_requests
+            .with_label_values(&[transport.as_str()])
             .inc();
     }
 

@@ -41,6 +41,12 @@ pub enum IngestError {
         /// How long the sender should wait.
         retry_after: std::time::Duration,
     },
+    /// The receiver holds `max_reading_mib` of bodies still arriving: retry after the hint.
+    #[error("too many request bytes arriving at once; retry after {}s", retry_after.as_secs())]
+    ReadingFull {
+        /// How long the sender should wait.
+        retry_after: std::time::Duration,
+    },
     /// The request holds more spans (or bytes) than the whole export queue: it can never be
     /// forwarded, so it is refused for good (not retryable).
     #[error("the request holds {size} {unit}, more than the export queue ever holds ({capacity}): send it in smaller requests")]
@@ -52,6 +58,10 @@ pub enum IngestError {
         /// `spans` or `bytes`.
         unit: &'static str,
     },
+    /// The body broke off before its end: its client closed the connection (or reset the
+    /// stream). Counted abandoned, not refused: no one reads the answer.
+    #[error("the request's body broke off before its end")]
+    BrokenOff,
     /// The body did not arrive within the listener's `read_timeout`.
     #[error("the request's body did not arrive within {}s of its headers", after.as_secs_f64())]
     ReadTimeout {
@@ -72,9 +82,9 @@ impl IngestError {
     /// How long the sender should wait before retrying, when it should.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {
-            IngestError::Overloaded { retry_after, .. } | IngestError::Busy { retry_after } => {
-                Some(*retry_after)
-            }
+            IngestError::Overloaded { retry_after, .. }
+            | IngestError::Busy { retry_after }
+            | IngestError::ReadingFull { retry_after } => Some(*retry_after),
             _ => None,
         }
     }
@@ -92,7 +102,9 @@ impl IngestError {
             IngestError::ExceedsQueue { .. } => "exceeds_queue",
             IngestError::Unauthenticated => "unauthenticated",
             IngestError::Busy { .. } => "concurrency_limit",
+            IngestError::ReadingFull { .. } => "reading_limit",
             IngestError::ReadTimeout { .. } => "read_timeout",
+            IngestError::BrokenOff => "abandoned",
         }
     }
 
@@ -100,12 +112,15 @@ impl IngestError {
     pub fn http_status(&self) -> u16 {
         match self {
             IngestError::Malformed { .. }
+            | IngestError::BrokenOff
             | IngestError::BadGzip(_)
             | IngestError::BadZstd(_)
             | IngestError::ExceedsQueue { .. } => 400,
             IngestError::TooLarge { .. } => 413,
             IngestError::UnsupportedMediaType(_) | IngestError::UnsupportedEncoding(_) => 415,
-            IngestError::Overloaded { .. } | IngestError::Busy { .. } => 503,
+            IngestError::Overloaded { .. }
+            | IngestError::Busy { .. }
+            | IngestError::ReadingFull { .. } => 503,
             IngestError::Unauthenticated => 401,
             IngestError::ReadTimeout { .. } => 408,
         }
@@ -116,7 +131,9 @@ impl IngestError {
         match self {
             IngestError::TooLarge { .. } => tonic::Code::ResourceExhausted,
             IngestError::UnsupportedEncoding(_) => tonic::Code::Unimplemented,
-            IngestError::Overloaded { .. } | IngestError::Busy { .. } => tonic::Code::Unavailable,
+            IngestError::Overloaded { .. }
+            | IngestError::Busy { .. }
+            | IngestError::ReadingFull { .. } => tonic::Code::Unavailable,
             IngestError::Unauthenticated => tonic::Code::Unauthenticated,
             IngestError::ReadTimeout { .. } => tonic::Code::DeadlineExceeded,
             _ => tonic::Code::InvalidArgument,
@@ -188,10 +205,25 @@ mod tests {
                 408,
                 tonic::Code::DeadlineExceeded,
             ),
+            (
+                IngestError::ReadingFull {
+                    retry_after: std::time::Duration::from_secs(1),
+                },
+                503,
+                tonic::Code::Unavailable,
+            ),
         ];
         for (e, http, grpc) in cases {
             assert_eq!(e.http_status(), http, "{e}");
             assert_eq!(e.grpc_code(), grpc, "{e}");
         }
+    }
+
+    #[test]
+    fn a_full_reading_budget_is_retried_under_its_own_reason() {
+        let after = std::time::Duration::from_secs(2);
+        let e = IngestError::ReadingFull { retry_after: after };
+        assert_eq!(e.retry_after(), Some(after));
+        assert_eq!(e.reason(), "reading_limit");
     }
 }

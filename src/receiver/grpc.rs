@@ -6,11 +6,15 @@
 //! request.
 //! Every other gRPC service (metrics, logs) is answered `UNIMPLEMENTED` by tonic's router.
 //! A request without a valid bearer token (when tokens are configured) is answered
-//! `UNAUTHENTICATED`; one over the concurrency limit `UNAVAILABLE` with a `RetryInfo`; one
-//! whose `content-type` is not `application/grpc…` HTTP 415, as the gRPC protocol says; one
-//! whose message did not arrive within `read_timeout` `DEADLINE_EXCEEDED` (its slot freed).
+//! `UNAUTHENTICATED`; one whose message would pass `max_reading_mib` of messages still
+//! arriving, or that arrived with `max_concurrent_requests` already being handled,
+//! `UNAVAILABLE` with a `RetryInfo`; one whose `content-type` is not `application/grpc…`
+//! HTTP 415, as the gRPC protocol says; one whose message did not arrive within
+//! `read_timeout` `DEADLINE_EXCEEDED` (its bytes freed). A stream reset before its answer is
+//! counted abandoned.
 
-use crate::access::{Limit, Tokens};
+use super::{Metered, Pending};
+use crate::access::{Limit, Reading, Tokens};
 use crate::export::EXPORT_PATH;
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use crate::serve::{ReadDeadline, MAX_FRAME_BYTES};
@@ -112,24 +116,26 @@ pub struct TraceService {
     max_message_bytes: usize,
     tokens: Arc<Tokens>,
     concurrency: Limit,
+    reading: Reading,
 }
 
 impl TraceService {
     /// A service that feeds `pipeline`, refusing messages over `max_message_bytes` after
     /// decompression with `RESOURCE_EXHAUSTED`, requests without one of `tokens` with
-    /// `UNAUTHENTICATED`, and requests over the `concurrency` limit with `UNAVAILABLE`
-    /// and a `RetryInfo`.
+    /// `UNAUTHENTICATED`, and messages that do not fit in `reading` while they arrive, or
+    /// arrive over the `concurrency` limit, with `UNAVAILABLE` and a `RetryInfo`.
     pub fn new(
         pipeline: Arc<Pipeline>,
         max_message_bytes: usize,
         tokens: Arc<Tokens>,
-        concurrency: Limit,
+        (concurrency, reading): (Limit, Reading),
     ) -> TraceService {
         TraceService {
             pipeline,
             max_message_bytes,
             tokens,
             concurrency,
+            reading,
         }
     }
 }
@@ -138,7 +144,8 @@ impl NamedService for TraceService {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
 }
 
-struct Export(Arc<Pipeline>);
+/// The export of a message that has arrived, under the concurrency limit.
+struct Export(Arc<Pipeline>, Limit);
 
 impl UnaryService<Bytes> for Export {
     type Response = ExportTraceServiceResponse;
@@ -147,13 +154,26 @@ impl UnaryService<Bytes> for Export {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let pipeline = Arc::clone(&self.0);
+        let Some(permit) = self.1.try_enter() else {
+            let busy = IngestError::Busy {
+                retry_after: crate::export::RETRY_HINT,
+            };
+            pipeline
+                .metrics()
+                .refused_request(Transport::Grpc, busy.reason());
+            return Box::pin(std::future::ready(Err(status(&busy))));
+        };
         let compressed = request
             .metadata()
             .get("grpc-encoding")
             .is_some_and(|e| e != "identity");
         let body = request.into_inner();
         let allocated = allocated(body.len(), compressed);
-        Box::pin(async move { export(&pipeline, (body, allocated)).await })
+        Box::pin(async move {
+            let answer = export(&pipeline, (body, allocated)).await;
+            drop(permit);
+            answer
+        })
     }
 }
 
@@ -190,7 +210,7 @@ fn status(e: &IngestError) -> Status {
 
 impl<B> Service<http::Request<B>> for TraceService
 where
-    B: http_body::Body + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
@@ -208,8 +228,7 @@ where
         let admitted = self
             .tokens
             .admit(authorization.map(http::HeaderValue::as_bytes));
-        // Taken before the message is read: reading it counts against the limit too.
-        let permit = admitted.then(|| self.concurrency.try_enter()).flatten();
+        let (concurrency, reading) = (self.concurrency.clone(), self.reading.clone());
         let grpc_content = req
             .headers()
             .get(http::header::CONTENT_TYPE)
@@ -218,70 +237,103 @@ where
                 v.get(..16)
                     .is_some_and(|p| p.eq_ignore_ascii_case("application/grpc"))
             });
+        // Made before the future is first polled: a stream reset at once is counted too.
+        let pending = Pending::new(&pipeline, Transport::Grpc);
         Box::pin(async move {
-            if !grpc_content {
-                // Not gRPC at all: as the gRPC protocol says, HTTP 415, no gRPC status.
-                pipeline
-                    .metrics()
-                    .refused_request(Transport::Grpc, "unsupported_media_type");
-                let mut response = http::Response::new(tonic::body::Body::empty());
-                *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
-                return Ok(response);
-            }
-            if req.uri().path() != EXPORT_PATH {
-                return Ok(Status::unimplemented("only TraceService/Export is served").into_http());
-            }
-            let refused = if !admitted {
-                Some(IngestError::Unauthenticated)
-            } else if permit.is_none() {
-                Some(IngestError::Busy {
-                    retry_after: crate::export::RETRY_HINT,
-                })
-            } else {
-                None
-            };
-            if let Some(e) = refused {
-                pipeline
-                    .metrics()
-                    .refused_request(Transport::Grpc, e.reason());
-                return Ok(status(&e).into_http());
-            }
-            let mut accept = EnabledCompressionEncodings::default();
-            accept.enable(CompressionEncoding::Gzip);
-            accept.enable(CompressionEncoding::Zstd);
-            let mut grpc = Grpc::new(RawCodec)
-                .apply_compression_config(accept, EnabledCompressionEncodings::default())
-                .apply_max_message_size_config(Some(limit), None);
-            let metrics = Arc::clone(&pipeline);
-            let deadline = req.extensions().get::<ReadDeadline>().copied();
-            let mut response = grpc.unary(Export(pipeline), req).await;
-            let status = response.headers().get("grpc-status").cloned();
-            let failed = status.as_ref().is_some_and(|s| s != "0");
-            if let Some(d) = deadline.filter(|d| failed && d.passed()) {
-                // The message did not arrive in time: say so, rather than the read error.
-                let e = IngestError::ReadTimeout { after: d.timeout() };
-                metrics
-                    .metrics()
-                    .refused_request(Transport::Grpc, e.reason());
-                return Ok(self::status(&e).into_http());
-            }
-            // tonic refuses a message over the limit with OUT_OF_RANGE (or, inflated past
-            // it, RESOURCE_EXHAUSTED); OTLP asks for RESOURCE_EXHAUSTED. The export itself
-            // never answers OUT_OF_RANGE, so every one is tonic's size check.
-            let out_of_range = status.as_ref().is_some_and(|s| s == "11");
-            if out_of_range {
-                response
-                    .headers_mut()
-                    .insert("grpc-status", http::HeaderValue::from_static("8"));
-            }
-            if out_of_range || status.as_ref().is_some_and(|s| s == "8") {
-                metrics
-                    .metrics()
-                    .refused_request(Transport::Grpc, "too_large");
-            }
-            Ok(response)
+            let answer = answer(
+                pipeline,
+                req,
+                (admitted, grpc_content),
+                limit,
+                (concurrency, reading),
+            )
+            .await;
+            pending.answered();
+            Ok(answer)
         })
     }
+}
+
+/// The answer to one request on the gRPC port, once what its headers say is known.
+async fn answer<B>(
+    pipeline: Arc<Pipeline>,
+    req: http::Request<B>,
+    (admitted, grpc_content): (bool, bool),
+    limit: usize,
+    (concurrency, reading): (Limit, Reading),
+) -> http::Response<tonic::body::Body>
+where
+    B: http_body::Body<Data = Bytes> + Unpin + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
+    if !grpc_content {
+        // Not gRPC at all: as the gRPC protocol says, HTTP 415, no gRPC status.
+        pipeline
+            .metrics()
+            .refused_request(Transport::Grpc, "unsupported_media_type");
+        let mut response = http::Response::new(tonic::body::Body::empty());
+        *response.status_mut() = http::StatusCode::UNSUPPORTED_MEDIA_TYPE;
+        return response;
+    }
+    if req.uri().path() != EXPORT_PATH {
+        return Status::unimplemented("only TraceService/Export is served").into_http();
+    }
+    if !admitted {
+        return refuse(&pipeline, &IngestError::Unauthenticated);
+    }
+    let mut accept = EnabledCompressionEncodings::default();
+    accept.enable(CompressionEncoding::Gzip);
+    accept.enable(CompressionEncoding::Zstd);
+    let mut grpc = Grpc::new(RawCodec)
+        .apply_compression_config(accept, EnabledCompressionEncodings::default())
+        .apply_max_message_size_config(Some(limit), None);
+    let metrics = Arc::clone(&pipeline);
+    let deadline = req.extensions().get::<ReadDeadline>().copied();
+    // The message's bytes are charged while they arrive; the concurrency slot is taken by
+    // `Export` once it has.
+    let req = req.map(|body| Metered::new(body, &reading));
+    let ending = req.body().ending();
+    let mut response = grpc.unary(Export(pipeline, concurrency), req).await;
+    let status = response.headers().get("grpc-status").cloned();
+    let failed = status.as_ref().is_some_and(|s| s != "0");
+    if failed && ending.full() {
+        let e = IngestError::ReadingFull {
+            retry_after: crate::export::RETRY_HINT,
+        };
+        return refuse(&metrics, &e);
+    }
+    if let Some(d) = deadline.filter(|d| failed && d.passed()) {
+        // The message did not arrive in time: say so, rather than the read error.
+        return refuse(&metrics, &IngestError::ReadTimeout { after: d.timeout() });
+    }
+    if failed && ending.broken() {
+        // Reset by its client: no one reads the answer.
+        metrics.metrics().abandoned_request(Transport::Grpc);
+        return response;
+    }
+    // tonic refuses a message over the limit with OUT_OF_RANGE (or, inflated past it,
+    // RESOURCE_EXHAUSTED); OTLP asks for RESOURCE_EXHAUSTED. The export itself never answers
+    // OUT_OF_RANGE, so every one is tonic's size check.
+    let out_of_range = status.as_ref().is_some_and(|s| s == "11");
+    if out_of_range {
+        response
+            .headers_mut()
+            .insert("grpc-status", http::HeaderValue::from_static("8"));
+    }
+    if out_of_range || status.as_ref().is_some_and(|s| s == "8") {
+        metrics
+            .metrics()
+            .refused_request(Transport::Grpc, "too_large");
+    }
+    response
+}
+
+/// Counts a request refused for `e` and answers it.
+fn refuse(pipeline: &Pipeline, e: &IngestError) -> http::Response<tonic::body::Body> {
+    pipeline
+        .metrics()
+        .refused_request(Transport::Grpc, e.reason());
+    status(e).into_http()
 }
 
 #[cfg(test)]

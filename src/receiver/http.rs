@@ -3,16 +3,19 @@
 //! Edge. It checks method, media type and encoding, reads the body up to the limit (and
 //! inflates gzip up to the same limit, so a small bomb never grows past it in memory), and
 //! hands the bytes to [`crate::pipeline::Pipeline::handle`]. Before any of that, a request without a valid
-//! bearer token (when tokens are configured) is answered 401, and one over the concurrency
-//! limit 503 with `Retry-After`. An oversized body is refused with 413 after the
+//! bearer token (when tokens are configured) is answered 401. A body is charged to
+//! `max_reading_mib` as it arrives and the concurrency slot taken once it has: a body that
+//! does not fit, or one that arrived with `max_concurrent_requests` being handled, is
+//! answered 503 with `Retry-After`. A request dropped before its answer (its connection
+//! closed) is counted abandoned. An oversized body is refused with 413 after the
 //! rest of it is read and discarded (bounded), so the client reads the answer instead of a
 //! broken connection it would retry. Answers follow OTLP/HTTP: 200 with an
 //! `ExportTraceServiceResponse` in the request's encoding; 400, 413 or 415 with a
 //! `google.rpc.Status` body; 408 (and the connection closed) for a body that did not arrive
-//! within `read_timeout`, which frees its concurrency slot; 405 for other methods; 404 for
+//! within `read_timeout`, which frees what it held; 405 for other methods; 404 for
 //! other signals and paths.
 
-use crate::access::{Limit, Tokens};
+use crate::access::{Limit, Reading, Tokens};
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use crate::serve::ReadDeadline;
 use axum::body::{Body, Bytes};
@@ -45,15 +48,17 @@ struct Receiver {
     limit: usize,
     tokens: Arc<Tokens>,
     concurrency: Limit,
+    reading: Reading,
 }
 
 /// The router of the OTLP/HTTP receiver. `limit` is the largest body, in bytes, both as
-/// sent and after inflation; `tokens` who may send; `concurrency` how many at once.
+/// sent and after inflation; `tokens` who may send; `concurrency` how many are handled at
+/// once and `reading` how many bytes of bodies may be arriving.
 pub fn router(
     pipeline: Arc<Pipeline>,
     limit: usize,
     tokens: Arc<Tokens>,
-    concurrency: Limit,
+    (concurrency, reading): (Limit, Reading),
 ) -> Router {
     Router::new()
         .route("/v1/traces", post(traces))
@@ -63,37 +68,48 @@ pub fn router(
             limit,
             tokens,
             concurrency,
+            reading,
         })
 }
 
 async fn traces(State(rx): State<Receiver>, request: Request) -> Response {
+    let pending = super::Pending::new(&rx.pipeline, Transport::Http);
+    let response = answer(&rx, request).await;
+    pending.answered();
+    response
+}
+
+async fn answer(rx: &Receiver, request: Request) -> Response {
     let media = media_type(request.headers());
     // Errors are answered in the request's encoding when it has a known one.
     let answer_in = *media.as_ref().unwrap_or(&Encoding::Protobuf);
     let authorization = request.headers().get(header::AUTHORIZATION);
     if !rx.tokens.admit(authorization.map(HeaderValue::as_bytes)) {
         drain(request.into_body(), rx.limit).await;
-        let mut response = refuse(&rx, answer_in, &IngestError::Unauthenticated);
+        let mut response = refuse(rx, answer_in, &IngestError::Unauthenticated);
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     }
-    // Held until the answer is built: body reading counts against the limit too.
+    let encoding = match media {
+        Ok(e) => e,
+        Err(e) => return refuse(rx, Encoding::Protobuf, &e),
+    };
+    let body = match read_body(request, rx.limit, &rx.reading).await {
+        Ok(body) => body,
+        Err(e @ IngestError::BrokenOff) => {
+            rx.pipeline.metrics().abandoned_request(Transport::Http);
+            return answer_error(encoding, &e);
+        }
+        Err(e) => return refuse(rx, encoding, &e),
+    };
+    // Held until the answer is built, from the moment the body is here.
     let Some(_permit) = rx.concurrency.try_enter() else {
-        drain(request.into_body(), rx.limit).await;
         let busy = IngestError::Busy {
             retry_after: crate::export::RETRY_HINT,
         };
-        return refuse(&rx, answer_in, &busy);
-    };
-    let encoding = match media {
-        Ok(e) => e,
-        Err(e) => return refuse(&rx, Encoding::Protobuf, &e),
-    };
-    let body = match read_body(request, rx.limit).await {
-        Ok(body) => body,
-        Err(e) => return refuse(&rx, encoding, &e),
+        return refuse(rx, encoding, &busy);
     };
     let summary = match super::handle(&rx.pipeline, Transport::Http, body, encoding).await {
         Ok(summary) => summary,
@@ -151,9 +167,13 @@ enum Compressed {
     Zstd,
 }
 
-/// Reads the body within `limit`, inflating gzip or zstd within the same limit; with what its
-/// buffer keeps allocated.
-async fn read_body(request: Request, limit: usize) -> Result<(Bytes, usize), IngestError> {
+/// Reads the body within `limit`, its bytes charged to `reading` while it arrives, inflating
+/// gzip or zstd within the same limit; with what its buffer keeps allocated.
+async fn read_body(
+    request: Request,
+    limit: usize,
+    reading: &Reading,
+) -> Result<(Bytes, usize), IngestError> {
     let compressed = match request
         .headers()
         .get(header::CONTENT_ENCODING)
@@ -180,22 +200,28 @@ async fn read_body(request: Request, limit: usize) -> Result<(Bytes, usize), Ing
         return Err(IngestError::TooLarge { limit });
     }
     let mut collected = BytesMut::new();
+    let mut share = reading.share();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| match deadline.filter(ReadDeadline::passed) {
+        let frame = frame.map_err(|_| match deadline.filter(ReadDeadline::passed) {
             Some(d) => IngestError::ReadTimeout { after: d.timeout() },
-            None => IngestError::Malformed {
-                encoding: "http",
-                detail: format!("reading the body: {e}"),
-            },
+            None => IngestError::BrokenOff,
         })?;
         if let Ok(data) = frame.into_data() {
             if collected.len() + data.len() > limit {
                 drain(body, limit).await;
                 return Err(IngestError::TooLarge { limit });
             }
+            if !share.take(data.len()) {
+                drop(collected);
+                drain(body, limit).await;
+                return Err(IngestError::ReadingFull {
+                    retry_after: crate::export::RETRY_HINT,
+                });
+            }
             collected.extend_from_slice(&data);
         }
     }
+    drop(share);
     let allocated = collected.capacity();
     let body = collected.freeze();
     let mut inflated = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
