@@ -10,7 +10,11 @@
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
-//!         [--split CALLS] [--server-view 1]
+//!         [--split CALLS] [--server-view 1] [--connections N]
+//!
+//! Over gRPC the senders share `--connections` HTTP/2 connections (1 by default), taking them
+//! in turn: many streams over few connections, as a Collector that fans many clients in
+//! sends (OTLP/HTTP takes one HTTP/1 connection a sender).
 //!
 //! `--workload tree` sends the same calls as real agent stacks describe them
 //! (`workload::Trees`): an agent's INTERNAL span, a protocol CLIENT span under it and its HTTP
@@ -52,6 +56,7 @@ struct Options {
     trees: bool,
     split: usize,
     server_view: bool,
+    connections: usize,
 }
 
 fn options() -> Options {
@@ -68,6 +73,7 @@ fn options() -> Options {
         trees: false,
         split: workload::SPLIT,
         server_view: false,
+        connections: 1,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -89,6 +95,7 @@ fn options() -> Options {
             "--fresh-clients" => o.fresh_clients = number() != 0.0,
             "--split" => o.split = number() as usize,
             "--server-view" => o.server_view = number() != 0.0,
+            "--connections" => o.connections = (number() as usize).max(1),
             "--workload" => {
                 o.trees = match value.as_str() {
                     "tree" => true,
@@ -166,9 +173,11 @@ async fn run(o: Options) {
         Vec::new()
     });
     let requests = bodies.len().max(trees.len());
-    let channel = tonic::transport::Endpoint::from_shared(o.endpoint.clone())
-        .expect("a valid endpoint")
-        .connect_lazy();
+    let endpoint =
+        tonic::transport::Endpoint::from_shared(o.endpoint.clone()).expect("a valid endpoint");
+    let channels: Vec<_> = (0..o.connections)
+        .map(|_| endpoint.connect_lazy())
+        .collect();
     let url = format!("{}/v1/traces", o.endpoint.trim_end_matches('/'));
     let http = reqwest::Client::new();
     let stop = Arc::new(AtomicBool::new(false));
@@ -190,7 +199,9 @@ async fn run(o: Options) {
     for worker in 0..senders {
         let mut sender = match o.protocol.as_str() {
             "http" => Sender::Http(http.clone(), url.clone()),
-            _ => Sender::Grpc(tonic::client::Grpc::new(channel.clone())),
+            _ => Sender::Grpc(tonic::client::Grpc::new(
+                channels[worker % channels.len()].clone(),
+            )),
         };
         let trees = Arc::clone(&trees);
         let (bodies, stop, spans, errors, latencies) = (

@@ -2,7 +2,10 @@
 //! receivers and the admin endpoint, and the receivers' concurrency limit.
 //!
 //! The token checks are pure (parsing the `Authorization` header, comparing in constant
-//! time); [`Tokens`] is the thin shell that reads token files and swaps the set on reload.
+//! time, matching a [`Grant`]'s client patterns); [`Tokens`] is the thin shell that reads
+//! token files and swaps the set on reload. A token is granted what its configuration says:
+//! to speak for any client or for those whose `service.name` matches its patterns, and (the
+//! admin endpoint's) to observe through the Gate or only to read.
 //! [`Limit`] is a semaphore: a request over the limit is answered at once with a retryable
 //! status instead of waiting, so a flood cannot queue up unbounded memory. It is taken once
 //! a request's body has arrived, so that a client that sends headers and then nothing (or
@@ -20,7 +23,61 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Tokens {
     config: AuthConfig,
     base_dir: std::path::PathBuf,
-    current: RwLock<Arc<Vec<Vec<u8>>>>,
+    current: RwLock<Arc<Vec<Granted>>>,
+}
+
+/// A token and what it grants.
+type Granted = (Vec<u8>, Grant);
+
+/// What a token may do (DESIGN §7): speak for any client, or for those whose `service.name`
+/// matches one of its patterns; observe through the Gate, or only read. The default is
+/// everything: an unscoped token's, and everyone's when authentication is off.
+#[derive(Debug, Clone, Default)]
+pub struct Grant {
+    clients: Option<Arc<[String]>>,
+    read_only: bool,
+}
+
+impl Grant {
+    /// A grant to speak for the clients `patterns` match (`None`: any), read-only or not.
+    pub fn new(patterns: Option<&[String]>, read_only: bool) -> Grant {
+        Grant {
+            clients: patterns.map(|p| p.iter().map(|p| p.trim().to_owned()).collect()),
+            read_only,
+        }
+    }
+
+    /// Whether it may speak for the client named `service_name`.
+    pub fn speaks_for(&self, service_name: &str) -> bool {
+        self.clients
+            .as_deref()
+            .is_none_or(|patterns| patterns.iter().any(|p| matches(p, service_name)))
+    }
+
+    /// Whether it may ask the Gate to observe a call as the client named `service_name`.
+    pub fn observes_as(&self, service_name: &str) -> bool {
+        !self.read_only && self.speaks_for(service_name)
+    }
+}
+
+/// Whether `name` matches `pattern`, in which `*` stands for any run of characters
+/// (none included) and everything else for itself.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    let Some((first, rest)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let Some(mut left) = name.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts: Vec<&str> = rest.split('*').collect();
+    let last = parts.pop().unwrap_or("");
+    for part in parts {
+        match left.find(part) {
+            Some(at) => left = &left[at + part.len()..],
+            None => return false,
+        }
+    }
+    left.len() >= last.len() && left.ends_with(last)
 }
 
 /// A token file that cannot be used.
@@ -54,26 +111,26 @@ impl Tokens {
     /// # Errors
     /// As [`Tokens::load`].
     pub fn reload(&self) -> Result<(), TokenError> {
-        let mut all: Vec<Vec<u8>> = self
+        let mut all: Vec<Granted> = self
             .config
             .tokens
             .iter()
-            .map(|t| t.trim().as_bytes().to_vec())
+            .map(|t| (t.trim().as_bytes().to_vec(), Grant::default()))
             .collect();
         for file in &self.config.token_files {
-            let path = self.base_dir.join(file);
-            let text = std::fs::read_to_string(&path).map_err(|e| TokenError {
-                path: path.clone(),
-                problem: e.to_string(),
-            })?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(TokenError {
-                    path,
-                    problem: "holds no token".into(),
-                });
-            }
-            all.push(token.as_bytes().to_vec());
+            all.push((self.read_file(file)?, Grant::default()));
+        }
+        for scoped in &self.config.scoped {
+            let token = match (&scoped.token, &scoped.token_file) {
+                (Some(t), _) => t.trim().as_bytes().to_vec(),
+                (None, Some(file)) => self.read_file(file)?,
+                // `validate` refuses it; should one come, it admits no one.
+                (None, None) => continue,
+            };
+            all.push((
+                token,
+                Grant::new(scoped.clients.as_deref(), scoped.read_only),
+            ));
         }
         *self
             .current
@@ -82,16 +139,42 @@ impl Tokens {
         Ok(())
     }
 
+    /// One token file's token, trimmed.
+    fn read_file(&self, file: &Path) -> Result<Vec<u8>, TokenError> {
+        let path = self.base_dir.join(file);
+        let text = std::fs::read_to_string(&path).map_err(|e| TokenError {
+            path: path.clone(),
+            problem: e.to_string(),
+        })?;
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(TokenError {
+                path,
+                problem: "holds no token".into(),
+            });
+        }
+        Ok(token.as_bytes().to_vec())
+    }
+
     /// Whether any token is configured.
     pub fn enabled(&self) -> bool {
-        !self.config.tokens.is_empty() || !self.config.token_files.is_empty()
+        !self.config.tokens.is_empty()
+            || !self.config.token_files.is_empty()
+            || !self.config.scoped.is_empty()
     }
 
     /// Whether a request with this `Authorization` header value may pass: always when
     /// authentication is off, else when it carries one of the tokens.
     pub fn admit(&self, authorization: Option<&[u8]>) -> bool {
+        self.grant(authorization).is_some()
+    }
+
+    /// What a request with this `Authorization` header value may do: everything when
+    /// authentication is off, its token's [`Grant`] when it carries one of the tokens,
+    /// `None` (not admitted) otherwise.
+    pub fn grant(&self, authorization: Option<&[u8]>) -> Option<Grant> {
         if !self.enabled() {
-            return true;
+            return Some(Grant::default());
         }
         let current = Arc::clone(
             &self
@@ -99,9 +182,9 @@ impl Tokens {
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        authorization
-            .and_then(bearer)
-            .is_some_and(|presented| matches_any(&current, presented))
+        let presented = authorization.and_then(bearer)?;
+        let at = position(current.iter().map(|(t, _)| t.as_slice()), presented)?;
+        current.get(at).map(|(_, grant)| grant.clone())
     }
 }
 
@@ -118,9 +201,15 @@ pub fn bearer(header: &[u8]) -> Option<&[u8]> {
 /// Whether `presented` equals one of `tokens`, comparing every token in full so that the
 /// time taken does not tell an attacker how much of a guess was right.
 pub fn matches_any(tokens: &[Vec<u8>], presented: &[u8]) -> bool {
-    tokens
-        .iter()
-        .fold(false, |found, t| found | constant_time_eq(t, presented))
+    position(tokens.iter().map(Vec::as_slice), presented).is_some()
+}
+
+/// Which of `tokens` `presented` equals (the first), comparing every token in full.
+fn position<'a>(tokens: impl Iterator<Item = &'a [u8]>, presented: &[u8]) -> Option<usize> {
+    tokens.enumerate().fold(None, |found, (i, t)| {
+        let equal = constant_time_eq(t, presented);
+        found.or(equal.then_some(i))
+    })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -225,6 +314,66 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_pattern_matches_with_its_stars_standing_for_any_run() {
+        for (pattern, name, expected) in [
+            ("billing-agent", "billing-agent", true),
+            ("billing-agent", "billing-agent2", false),
+            ("billing-agent", "billing-agen", false),
+            ("billing-*", "billing-agent", true),
+            ("billing-*", "billing-", true),
+            ("billing-*", "xbilling-agent", false),
+            ("*-agent", "billing-agent", true),
+            ("*-agent", "billing-agentx", false),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "aXc", false),
+            ("a*b*c", "acb", false),
+            ("*", "", true),
+            ("a*a", "a", false),
+            ("ab*ba", "aba", false),
+            ("*b*", "abc", true),
+            ("*b*", "ac", false),
+        ] {
+            assert_eq!(matches(pattern, name), expected, "{pattern} ~ {name}");
+        }
+    }
+
+    #[test]
+    fn a_grant_speaks_for_its_clients_and_observes_unless_read_only() {
+        let anyone = Grant::default();
+        assert!(anyone.speaks_for("x") && anyone.observes_as("x"));
+        let patterns = vec![" billing-* ".to_owned(), "checkout".to_owned()];
+        let billing = Grant::new(Some(&patterns), false);
+        assert!(billing.speaks_for("billing-agent") && billing.observes_as("checkout"));
+        assert!(!billing.speaks_for("checkout-2") && !billing.observes_as("other"));
+        let reader = Grant::new(None, true);
+        assert!(reader.speaks_for("x") && !reader.observes_as("x"));
+    }
+
+    #[test]
+    fn each_token_brings_its_own_grant() {
+        let config = AuthConfig {
+            tokens: vec!["open".into()],
+            token_files: Vec::new(),
+            scoped: vec![crate::config::ScopedToken {
+                token: Some(" bound ".into()),
+                token_file: None,
+                clients: Some(vec!["billing-*".into()]),
+                read_only: false,
+            }],
+        };
+        let tokens = Tokens::load(&config, Path::new(".")).expect("inline tokens");
+        assert!(tokens.enabled());
+        let grant = |header: &[u8]| tokens.grant(Some(header));
+        assert!(grant(b"Bearer open").is_some_and(|g| g.speaks_for("anyone")));
+        let bound = grant(b"Bearer bound").expect("admitted");
+        assert!(bound.speaks_for("billing-agent") && !bound.speaks_for("anyone"));
+        assert!(grant(b"Bearer other").is_none() && tokens.grant(None).is_none());
+        let off = Tokens::load(&AuthConfig::default(), Path::new(".")).expect("none");
+        assert!(!off.enabled() && off.grant(None).is_some_and(|g| g.observes_as("x")));
+    }
+
+    #[test]
     fn a_share_takes_what_fits_and_gives_it_all_back() {
         let reading = Reading::new(10);
         let mut one = reading.share();
@@ -267,11 +416,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rg-tokens-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a temp dir");
         std::fs::write(dir.join("t"), "first\n").expect("written");
+        std::fs::write(dir.join("s"), "scoped\n").expect("written");
         let config = AuthConfig {
             tokens: vec!["inline".into()],
             token_files: vec!["t".into()],
+            scoped: vec![crate::config::ScopedToken {
+                token: None,
+                token_file: Some("s".into()),
+                clients: None,
+                read_only: true,
+            }],
         };
         let tokens = Tokens::load(&config, &dir).expect("loads");
+        let reader = tokens.grant(Some(b"Bearer scoped")).expect("from its file");
+        assert!(!reader.observes_as("x"), "read-only");
         assert!(tokens.admit(Some(b"Bearer first")));
         assert!(tokens.admit(Some(b"Bearer inline")));
         assert!(!tokens.admit(None));

@@ -44,22 +44,26 @@ pub fn router(
         .route("/api/v1/status", get(status))
         .route("/api/v1/clients/{client}", get(client))
         .merge(crate::gate::http::routes(Arc::clone(&pipeline), stop).with_state(()))
-        .route_layer(middleware::from_fn(move |request: Request, next: Next| {
-            let tokens = Arc::clone(&tokens);
-            async move {
-                let authorization = request.headers().get(header::AUTHORIZATION);
-                if tokens.admit(authorization.map(HeaderValue::as_bytes)) {
-                    next.run(request).await
-                } else {
-                    (
-                        StatusCode::UNAUTHORIZED,
-                        [(header::WWW_AUTHENTICATE, "Bearer")],
-                        "a bearer token is required\n",
-                    )
-                        .into_response()
+        .route_layer(middleware::from_fn(
+            move |mut request: Request, next: Next| {
+                let tokens = Arc::clone(&tokens);
+                async move {
+                    let authorization = request.headers().get(header::AUTHORIZATION);
+                    // The token's grant goes with the request: the Gate's mirror reads it.
+                    if let Some(grant) = tokens.grant(authorization.map(HeaderValue::as_bytes)) {
+                        request.extensions_mut().insert(grant);
+                        next.run(request).await
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            [(header::WWW_AUTHENTICATE, "Bearer")],
+                            "a bearer token is required\n",
+                        )
+                            .into_response()
+                    }
                 }
-            }
-        }));
+            },
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))

@@ -10,6 +10,7 @@ mod common;
 use bytes::Bytes;
 use common::{export, http_span, scrape, sdk_export, start, value};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
+use prost::Message;
 use refusal_gate::app::Bound;
 use refusal_gate::export::{RawCodec, EXPORT_PATH};
 use std::collections::HashMap;
@@ -562,6 +563,187 @@ admin:
             1.0,
             "{transport}"
         );
+    }
+    server.shutdown().await;
+}
+
+const SCOPED: &str = "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+    auth:
+      tokens: [open-token]
+      scoped: [{ token: billing-token, clients: ['billing-*'] }]
+admin:
+  endpoint: 127.0.0.1:0
+  auth:
+    tokens: [admin-token]
+    scoped:
+      - { token: reader-token, read_only: true }
+      - { token: billing-admin, clients: [billing-agent] }
+";
+
+/// The spans of the issue's forgery: three calls failing with invalid params, retried, as
+/// `billing-agent/pod-7`.
+fn forged(service: &str) -> Vec<u8> {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    let spans = (0..3)
+        .map(|i| {
+            let mut span = http_span(i, "POST", "http://mcp.test:8080/mcp", 200);
+            span.attributes.extend([
+                common::kv("rpc.system", Value::StringValue("jsonrpc".into())),
+                common::kv("rpc.method", Value::StringValue("tools/call".into())),
+                common::kv("gen_ai.tool.name", Value::StringValue("pay".into())),
+                common::kv("rpc.jsonrpc.error_code", Value::IntValue(-32602)),
+            ]);
+            span
+        })
+        .collect();
+    export(service, spans)
+}
+
+/// A Gate question over the HTTP mirror with `token`: its status.
+async fn observe_http(bound: &Bound, token: &str, client: &str) -> reqwest::StatusCode {
+    let question = serde_json::json!({
+        "client": { "serviceName": client },
+        "protocol": "http",
+        "url": "http://api.test/x",
+        "httpMethod": "GET",
+        "lastResponse": { "httpStatus": 200 },
+        "observe": true,
+    });
+    reqwest::Client::new()
+        .post(format!("http://{}/v1/decide", bound.admin))
+        .bearer_auth(token)
+        .header("content-type", "application/json")
+        .body(question.to_string())
+        .send()
+        .await
+        .expect("answers")
+        .status()
+}
+
+/// The same over gRPC, on the receiver's port with `token`: its code.
+async fn observe_grpc(bound: &Bound, token: &str, client: &str) -> tonic::Code {
+    use refusal_gate::gate::proto::{
+        refusal_gate_client::RefusalGateClient, Client, DecideRequest, LastResponse, Protocol,
+    };
+    let mut gate = RefusalGateClient::connect(format!("http://{}", bound.grpc))
+        .await
+        .expect("connects");
+    let mut request = tonic::Request::new(DecideRequest {
+        client: Some(Client {
+            service_name: client.into(),
+            service_instance_id: String::new(),
+        }),
+        protocol: Protocol::Http as i32,
+        url: "http://api.test/x".into(),
+        http_method: "GET".into(),
+        last_response: Some(LastResponse {
+            http_status: 200,
+            ..Default::default()
+        }),
+        observe: true,
+        ..Default::default()
+    });
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("ascii"),
+    );
+    match gate.decide(request).await {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_speaks_only_for_the_clients_it_names() {
+    let server = start(SCOPED).await;
+    let b = &server.bound;
+
+    // OTLP: a token bound to billing-* sends as billing-agent, and forges checkout-agent.
+    assert!(sdk_export(grpc_exporter(b, Some("billing-token")), "billing-agent").await);
+    assert!(sdk_export(http_exporter(b, Some("billing-token")), "billing-api").await);
+    let (code, _) = grpc_raw(b, Some("billing-token"), forged("checkout-agent")).await;
+    assert_eq!(
+        code,
+        tonic::Code::Ok,
+        "the request is answered, its spans refused"
+    );
+    let answer = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", b.http))
+        .header("content-type", "application/x-protobuf")
+        .bearer_auth("billing-token")
+        .body(forged("checkout-agent"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(answer.status(), 200);
+    let answer =
+        opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse::decode(
+            answer.bytes().await.expect("a body"),
+        )
+        .expect("an OTLP answer");
+    let partial = answer.partial_success.expect("a partial success");
+    assert_eq!(partial.rejected_spans, 3);
+    assert!(
+        partial.error_message.contains("may not speak for"),
+        "{}",
+        partial.error_message
+    );
+    // An unbound token speaks for anyone.
+    common::send_with(b, "open-token", forged("any-agent")).await;
+
+    // The Gate: a read-only admin token does not observe; a bound one only as its client.
+    assert_eq!(observe_http(b, "reader-token", "billing-agent").await, 403);
+    assert_eq!(
+        observe_http(b, "billing-admin", "checkout-agent").await,
+        403
+    );
+    assert_eq!(observe_http(b, "billing-admin", "billing-agent").await, 200);
+    assert_eq!(
+        observe_grpc(b, "billing-token", "checkout-agent").await,
+        tonic::Code::PermissionDenied
+    );
+    assert_eq!(
+        observe_grpc(b, "billing-token", "billing-7").await,
+        tonic::Code::Ok
+    );
+    assert_eq!(
+        observe_grpc(b, "open-token", "anyone").await,
+        tonic::Code::Ok
+    );
+
+    let m = scrape_with(b, "reader-token").await;
+    let attempts = |client| value(&m, "refusal_gate_attempts_total", &[("client", client)]);
+    assert_eq!(
+        attempts("billing-agent"),
+        2.0,
+        "its span and its observed question"
+    );
+    assert_eq!(attempts("billing-api"), 1.0);
+    assert_eq!(attempts("billing-7"), 1.0);
+    assert_eq!(attempts("any-agent"), 3.0);
+    assert!(
+        !m.contains("checkout-agent"),
+        "the forged client is never judged"
+    );
+    for transport in ["grpc", "http"] {
+        let refused = value(
+            &m,
+            "refusal_gate_receiver_refused_spans_total",
+            &[("transport", transport), ("reason", "not_permitted")],
+        );
+        assert_eq!(refused, 3.0, "{transport}");
+    }
+    for (api, n) in [("http", 2.0), ("grpc", 1.0)] {
+        let refused = value(
+            &m,
+            "refusal_gate_gate_refused_total",
+            &[("api", api), ("reason", "not_permitted")],
+        );
+        assert_eq!(refused, n, "{api}");
     }
     server.shutdown().await;
 }

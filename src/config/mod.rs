@@ -140,6 +140,26 @@ pub struct AuthConfig {
     /// configuration file; read at start and again on SIGHUP, so a token can be rotated
     /// without a restart.
     pub token_files: Vec<std::path::PathBuf>,
+    /// Tokens that speak only for some clients, or (the admin endpoint's) only read.
+    pub scoped: Vec<ScopedToken>,
+}
+
+/// One of `auth.scoped`: a token (inline or in a file) and what it may do. A span, or a Gate
+/// question with `observe: true`, about a client it may not speak for is refused and counted,
+/// never judged (DESIGN §7).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScopedToken {
+    /// The token, inline.
+    pub token: Option<String>,
+    /// Or the file holding it, as `token_files`.
+    pub token_file: Option<std::path::PathBuf>,
+    /// The clients it may speak for: patterns of `service.name`, `*` standing for any run of
+    /// characters; absent: any client.
+    pub clients: Option<Vec<String>>,
+    /// The admin endpoint's only: it reads, and asks the Gate without observing.
+    #[serde(default)]
+    pub read_only: bool,
 }
 
 /// `tls:` of a receiver or the admin endpoint (the Collector's names): serve TLS with this

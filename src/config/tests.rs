@@ -92,6 +92,12 @@ fn bad_configurations_name_the_key() {
             ),
             ("receivers: { otlp: { http: { max_request_body_size_mib: 0 } } }", "max_request_body_size_mib"),
             ("receivers: { otlp: { http: { max_reading_mib: 19 } } }", "receivers.otlp.http.max_reading_mib"),
+            ("receivers: { otlp: { auth: { scoped: [{ clients: [a] }] } } }", "receivers.otlp.auth.scoped[0]"),
+            ("receivers: { otlp: { auth: { scoped: [{ token: ' ', clients: [a] }] } } }", "receivers.otlp.auth.scoped[0]"),
+            ("admin: { auth: { scoped: [{ token: a, token_file: b }] } }", "admin.auth.scoped[0]"),
+            ("admin: { auth: { scoped: [{ token: a, clients: [] }] } }", "admin.auth.scoped[0].clients"),
+            ("admin: { auth: { scoped: [{ token: a, clients: [b, ''] }] } }", "admin.auth.scoped[0].clients"),
+            ("receivers: { otlp: { auth: { scoped: [{ token: a, read_only: true }] } } }", "receivers.otlp.auth.scoped[0].read_only"),
             ("receivers: { otlp: { grpc: { max_reading_mib: 3 } } }", "receivers.otlp.grpc.max_reading_mib"),
             ("exporters: { otlp: { endpoint: 'localhost:4317' } }", "exporters.otlp.endpoint"),
             ("exporters: { otlp: { endpoint: 'http://x:1', protocol: thrift } }", "protocol"),
@@ -116,8 +122,10 @@ fn bad_configurations_name_the_key() {
     for text in [
         "receivers: { otlp: { http: { max_reading_mib: 20 } } }",
         "receivers: { otlp: { grpc: { max_reading_mib: 4 } } }",
+        "receivers: { otlp: { auth: { scoped: [{ token: a, clients: [b, 'c-*'] }, { token_file: f }] } } }",
+        "admin: { auth: { scoped: [{ token: a, read_only: true }] } }",
     ] {
-        Config::parse(text).expect("a budget of one whole body is enough");
+        Config::parse(text).expect(text);
     }
     for (text, key) in cases {
         let err = Config::parse(text).expect_err(text).to_string();

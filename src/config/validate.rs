@@ -13,6 +13,8 @@ impl Config {
         self.check_metrics_and_alerting()?;
         self.check_exporters()?;
         self.check_admin()?;
+        check_scoped("receivers.otlp.auth", &self.receivers.otlp.auth, false)?;
+        check_scoped("admin.auth", &self.admin.auth, true)?;
         self.check_interfaces()
     }
 
@@ -301,6 +303,41 @@ impl Config {
 }
 
 /// The error for `key`, which has `problem`.
+/// The checks of `section.scoped`: each a token inline or in a file (not both), patterns that
+/// are not empty, and `read_only` only where it means something (`read_only_allowed`: the
+/// admin endpoint).
+fn check_scoped(
+    section: &str,
+    auth: &super::AuthConfig,
+    read_only_allowed: bool,
+) -> Result<(), ConfigError> {
+    for (i, scoped) in auth.scoped.iter().enumerate() {
+        let key = format!("{section}.scoped[{i}]");
+        let inline = scoped.token.as_deref().map(str::trim);
+        match (inline, &scoped.token_file) {
+            (Some(t), None) if !t.is_empty() => {}
+            (None, Some(_)) => {}
+            (Some(_), Some(_)) => return invalid(key, "give token or token_file, not both"),
+            _ => return invalid(key, "give a token or a token_file"),
+        }
+        if let Some(clients) = &scoped.clients {
+            if clients.is_empty() || clients.iter().any(|p| p.trim().is_empty()) {
+                return invalid(
+                    format!("{key}.clients"),
+                    "name at least one pattern, none empty (absent: any client)",
+                );
+            }
+        }
+        if scoped.read_only && !read_only_allowed {
+            return invalid(
+                format!("{key}.read_only"),
+                "only the admin endpoint's tokens can be read-only",
+            );
+        }
+    }
+    Ok(())
+}
+
 fn invalid(key: String, problem: &str) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid {
         key,

@@ -6,7 +6,7 @@
 use super::proto::refusal_gate_server::{RefusalGate, RefusalGateServer};
 use super::proto::{self, Protocol as ProtoProtocol};
 use super::{Asker, Filter, LastResponse, Protocol, Question};
-use crate::access::Tokens;
+use crate::access::{Grant, Tokens};
 use crate::alert::Alert;
 use crate::alert::Cause;
 use crate::clock;
@@ -45,16 +45,11 @@ impl Gate {
         TooLarge(gate.max_decoding_message_size(max_message_bytes))
     }
 
-    fn admit<T>(&self, request: &Request<T>) -> Result<(), Status> {
+    fn admit<T>(&self, request: &Request<T>) -> Result<Grant, Status> {
         let authorization = request.metadata().get("authorization");
-        if self
-            .tokens
-            .admit(authorization.map(tonic::metadata::MetadataValue::as_bytes))
-        {
-            Ok(())
-        } else {
-            Err(Status::unauthenticated("missing or invalid bearer token"))
-        }
+        self.tokens
+            .grant(authorization.map(tonic::metadata::MetadataValue::as_bytes))
+            .ok_or_else(|| Status::unauthenticated("missing or invalid bearer token"))
     }
 }
 
@@ -193,8 +188,14 @@ impl RefusalGate for Gate {
         &self,
         request: Request<proto::DecideRequest>,
     ) -> Result<Response<proto::DecideResponse>, Status> {
-        self.admit(&request)?;
+        let grant = self.admit(&request)?;
         let q = question(request.into_inner())?;
+        if let Err(e) = super::permitted(&grant, &q) {
+            self.pipeline
+                .metrics()
+                .gate_refused("grpc", "not_permitted");
+            return Err(Status::permission_denied(e.to_string()));
+        }
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
         super::decide(&self.pipeline, &q, clock::now(), id)
             .map(|a| Response::new(response(a)))

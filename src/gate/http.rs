@@ -41,6 +41,7 @@ pub fn routes(pipeline: Arc<Pipeline>, stop: tokio::sync::watch::Receiver<bool>)
 
 async fn decide(
     State(m): State<Mirror>,
+    grant: Option<axum::Extension<crate::access::Grant>>,
     body: Result<Json<Question>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let q = match body {
@@ -51,6 +52,13 @@ async fn decide(
         }
         Err(e) => return error(StatusCode::BAD_REQUEST, &e.body_text()),
     };
+    // The admin endpoint's guard puts the token's grant here; without it, the asker may do
+    // everything (no tokens).
+    let grant = grant.map(|g| g.0).unwrap_or_default();
+    if let Err(e) = super::permitted(&grant, &q) {
+        m.pipeline.metrics().gate_refused("http", "not_permitted");
+        return error(StatusCode::FORBIDDEN, &e.to_string());
+    }
     let id = m.ids.fetch_add(1, Ordering::Relaxed);
     match super::decide(&m.pipeline, &q, clock::now(), id) {
         Ok(answer) => Json(answer).into_response(),

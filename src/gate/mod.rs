@@ -154,6 +154,33 @@ pub enum Unanswerable {
     /// The question does not make an attempt of its protocol (no method, no HTTP method).
     #[error("not an attempt of its protocol: {0}")]
     NotAnAttempt(&'static str),
+    /// It would observe a call as a client the asker's token may not speak for, or the token
+    /// only reads (DESIGN §7): refused, counted, never judged.
+    #[error("this token may not observe calls as that client")]
+    NotPermitted,
+}
+
+/// The client a question asks as: its `service.name`, `unknown_service` when it gives none
+/// (as a span's resource without one).
+pub fn client_name(q: &Question) -> &str {
+    if q.client.service_name.is_empty() {
+        "unknown_service"
+    } else {
+        &q.client.service_name
+    }
+}
+
+/// Whether a token with `grant` may ask `q`: any question that does not observe; one that
+/// does only as a client the grant speaks for and observes as.
+///
+/// # Errors
+/// [`Unanswerable::NotPermitted`].
+pub fn permitted(grant: &crate::access::Grant, q: &Question) -> Result<(), Unanswerable> {
+    if q.observe && !grant.observes_as(client_name(q)) {
+        Err(Unanswerable::NotPermitted)
+    } else {
+        Ok(())
+    }
 }
 
 /// The client span a question's call would produce.
@@ -377,13 +404,8 @@ pub fn decide(
         q.url.clone()
     };
     let span = span_of(q, &url, now, id);
-    let name = if q.client.service_name.is_empty() {
-        "unknown_service"
-    } else {
-        &q.client.service_name
-    };
     let client = Client {
-        name,
+        name: client_name(q),
         instance: Some(q.client.service_instance_id.as_str()).filter(|i| !i.is_empty()),
     };
     let mut attempt = extract::extract(client, &&span, usize::MAX).map_err(|_| {

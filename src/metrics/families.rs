@@ -84,6 +84,13 @@ pub(super) const ABANDONED_REQUESTS: Family = Family {
     labels: &["transport"],
 };
 
+/// `refusal_gate_gate_refused_total`.
+pub(super) const GATE_REFUSED: Family = Family {
+    name: "refusal_gate_gate_refused_total",
+    help: "Gate API questions refused before they were answered: not_permitted, a question observing a call as a client its token may not speak for, or with a read-only token.",
+    labels: &["api", "reason"],
+};
+
 /// `refusal_gate_receiver_truncated_spans_total`.
 pub(super) const TRUNCATED_SPANS: Family = Family {
     name: "refusal_gate_receiver_truncated_spans_total",

@@ -153,6 +153,7 @@ pub struct Metrics {
     refused_spans: IntCounterVec,
     refused_requests: IntCounterVec,
     abandoned_requests: IntCounterVec,
+    gate_refused: IntCounterVec,
     truncated_spans: IntCounterVec,
     tls_failures: IntCounterVec,
     listener_limits: IntCounterVec,
@@ -234,6 +235,7 @@ impl Metrics {
             refused_spans,
             refused_requests: f::REFUSED_REQUESTS.counter_vec(&r),
             abandoned_requests: f::ABANDONED_REQUESTS.counter_vec(&r),
+            gate_refused: f::GATE_REFUSED.counter_vec(&r),
             truncated_spans: f::TRUNCATED_SPANS.counter_vec(&r),
             tls_failures: f::TLS_FAILURES.counter_vec(&r),
             listener_limits: f::LISTENER_LIMITS.counter_vec(&r),
@@ -413,6 +415,12 @@ impl Metrics {
         self.abandoned_requests
             .with_label_values(&[transport.as_str()])
             .inc();
+    }
+
+    /// Counts one Gate API question refused before it was answered, by `api` (`grpc` or
+    /// `http`) and `reason`.
+    pub fn gate_refused(&self, api: &str, reason: &str) {
+        self.gate_refused.with_label_values(&[api, reason]).inc();
     }
 
     /// Counts one span that is not an attempt.

@@ -17,6 +17,7 @@ pub use crate::otlp::Transport;
 pub use error::{Encoding, IngestError};
 pub use place::{ClientIds, Placed};
 
+use crate::access::Grant;
 use crate::alert::delivery::Alerter;
 use crate::config::{AlertingConfig, OtlpExporterConfig};
 use crate::discovery::loader::Catalog;
@@ -48,6 +49,9 @@ pub struct Summary {
     pub attempts: u64,
     /// Spans with more attributes than are read (`max_attributes_per_span`).
     pub truncated: u64,
+    /// Spans about a client the request's token may not speak for: refused, never judged
+    /// (DESIGN §7). OTLP's `rejected_spans` too.
+    pub not_permitted: u64,
 }
 
 /// Everything a request needs, shared by the receivers, the admin endpoint and the sweeper.
@@ -259,19 +263,20 @@ impl Pipeline {
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
-        self.handle_with(transport, (body, None), encoding, now)
+        self.handle_with((transport, &Grant::default()), (body, None), encoding, now)
     }
 
     /// [`Pipeline::handle`] of a body held in [`Bytes`]: the calls kept for a late part keep
     /// a reference to it rather than a copy (DESIGN §11), and count against
     /// `tracker.max_held_mib` what the buffer it is a view of keeps `allocated` (its
-    /// capacity: at least its length).
+    /// capacity: at least its length). Spans about a client `grant` may not speak for are
+    /// refused (counted, never judged, not forwarded).
     ///
     /// # Errors
     /// As [`Pipeline::handle`].
     pub fn handle_bytes(
         &self,
-        transport: Transport,
+        sender: (Transport, &Grant),
         (body, allocated): (&Bytes, usize),
         encoding: Encoding,
         now: Nanos,
@@ -280,18 +285,19 @@ impl Pipeline {
             bytes: body,
             allocated,
         };
-        self.handle_with(transport, (body, Some(owner)), encoding, now)
+        self.handle_with(sender, (body, Some(owner)), encoding, now)
     }
 
     fn handle_with(
         &self,
-        transport: Transport,
+        sender: (Transport, &Grant),
         body: (&[u8], Option<Owner<'_>>),
         encoding: Encoding,
         now: Nanos,
     ) -> Result<Summary, IngestError> {
         let started = std::time::Instant::now();
-        let result = self.handle_inner(transport, body, encoding, now);
+        let transport = sender.0;
+        let result = self.handle_inner(sender, body, encoding, now);
         match &result {
             Ok(_) => self
                 .metrics
@@ -306,7 +312,7 @@ impl Pipeline {
 
     fn handle_inner(
         &self,
-        transport: Transport,
+        sender: (Transport, &Grant),
         (body, owner): (&[u8], Option<Owner<'_>>),
         encoding: Encoding,
         now: Nanos,
@@ -323,9 +329,7 @@ impl Pipeline {
         let spans = frame::check(body)?;
         let Some(exporter) = &self.exporter else {
             // The hot path: spans are read in place, nothing is materialised.
-            return Ok(self
-                .ingest_in(transport, (body, owner), left_out, now, None)
-                .0);
+            return Ok(self.ingest_in(sender, (body, owner), left_out, now, None).0);
         };
         let reservation = exporter.reserve(spans, body.len());
         match reservation {
@@ -345,9 +349,7 @@ impl Pipeline {
             }
             Reservation::Dropped => {
                 // Nothing of it is forwarded: nothing to tag.
-                let summary = self
-                    .ingest_in(transport, (body, owner), left_out, now, None)
-                    .0;
+                let summary = self.ingest_in(sender, (body, owner), left_out, now, None).0;
                 self.forward_ready(None, now);
                 return Ok(summary);
             }
@@ -355,8 +357,7 @@ impl Pipeline {
         }
         let mut tags = SpanTags::with_capacity(spans, TAG_BYTES);
         let body = (body, owner);
-        let (summary, malformed_at) =
-            self.ingest_in(transport, body, left_out, now, Some(&mut tags));
+        let (summary, malformed_at) = self.ingest_in(sender, body, left_out, now, Some(&mut tags));
         let (body, _) = body;
         // The withheld spans (in the outbox now) keep their room in the queue until they leave.
         let forwarded = spans - malformed_at.len() - tags.withheld();
@@ -484,13 +485,14 @@ impl Pipeline {
         now: Nanos,
         tags: Option<&mut SpanTags>,
     ) -> (Summary, Vec<u32>) {
-        self.ingest_in(transport, (body, None), left_out, now, tags)
+        let sender = (transport, &Grant::default());
+        self.ingest_in(sender, (body, None), left_out, now, tags)
     }
 
     /// [`Pipeline::ingest`], `body` held in `owner` when it is given.
     fn ingest_in(
         &self,
-        transport: Transport,
+        (transport, grant): (Transport, &Grant),
         (body, owner): (&[u8], Option<Owner<'_>>),
         left_out: u64,
         now: Nanos,
@@ -521,6 +523,11 @@ impl Pipeline {
                 Ok(resource) => extract::client(|f| resource.attributes(self.max_attributes, f)),
                 Err(_) => extract::client(|_| {}),
             };
+            if !grant.speaks_for(client.name) {
+                let refused = refuse_resource(resource_spans, &mut seen, &mut malformed_at);
+                request.summary.not_permitted += refused;
+                continue;
+            }
             let observed = interfaces.observed_by(client.name);
             let mut client = self.client_ids(client);
             let server_nodes = joins.nodes.len();
@@ -774,6 +781,10 @@ impl Pipeline {
             self.metrics
                 .refused_spans(transport, "malformed_span", summary.rejected);
         }
+        if summary.not_permitted > 0 {
+            self.metrics
+                .refused_spans(transport, "not_permitted", summary.not_permitted);
+        }
         if summary.truncated > 0 {
             self.metrics.truncated_spans(transport, summary.truncated);
         }
@@ -837,3 +848,17 @@ impl Pipeline {
 
 #[cfg(test)]
 mod tests;
+
+/// Marks every span of a resource its sender may not speak for as left out of the request
+/// (numbered from `seen`, as [`frame::retag`] numbers them); how many.
+fn refuse_resource(resource_spans: &[u8], seen: &mut u32, left_out: &mut Vec<u32>) -> u64 {
+    let mut refused = 0;
+    for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+        for _ in wire::each(scope_spans, 2).map_while(Result::ok) {
+            left_out.push(*seen);
+            *seen = seen.saturating_add(1);
+            refused += 1;
+        }
+    }
+    refused
+}

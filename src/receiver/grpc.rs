@@ -14,7 +14,7 @@
 //! counted abandoned.
 
 use super::{Metered, Pending};
-use crate::access::{Limit, Reading, Tokens};
+use crate::access::{Grant, Limit, Reading, Tokens};
 use crate::export::EXPORT_PATH;
 use crate::pipeline::{Encoding, IngestError, Pipeline, Transport};
 use crate::serve::{ReadDeadline, MAX_FRAME_BYTES};
@@ -144,8 +144,8 @@ impl NamedService for TraceService {
     const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
 }
 
-/// The export of a message that has arrived, under the concurrency limit.
-struct Export(Arc<Pipeline>, Limit);
+/// The export of a message that has arrived, sent with a grant, under the concurrency limit.
+struct Export(Arc<Pipeline>, Grant, Limit);
 
 impl UnaryService<Bytes> for Export {
     type Response = ExportTraceServiceResponse;
@@ -154,7 +154,7 @@ impl UnaryService<Bytes> for Export {
 
     fn call(&mut self, request: tonic::Request<Bytes>) -> Self::Future {
         let pipeline = Arc::clone(&self.0);
-        let Some(permit) = self.1.try_enter() else {
+        let Some(permit) = self.2.try_enter() else {
             let busy = IngestError::Busy {
                 retry_after: crate::export::RETRY_HINT,
             };
@@ -169,8 +169,9 @@ impl UnaryService<Bytes> for Export {
             .is_some_and(|e| e != "identity");
         let body = request.into_inner();
         let allocated = allocated(body.len(), compressed);
+        let grant = self.1.clone();
         Box::pin(async move {
-            let answer = export(&pipeline, (body, allocated)).await;
+            let answer = export(&pipeline, grant, (body, allocated)).await;
             drop(permit);
             answer
         })
@@ -181,14 +182,17 @@ impl UnaryService<Bytes> for Export {
 /// queue hop. A full export queue answers `UNAVAILABLE` with `RetryInfo`.
 async fn export(
     pipeline: &Arc<Pipeline>,
+    grant: Grant,
     body: (Bytes, usize),
 ) -> Result<tonic::Response<ExportTraceServiceResponse>, Status> {
-    let summary = super::handle(pipeline, Transport::Grpc, body, Encoding::Protobuf)
+    let sender = (Transport::Grpc, grant);
+    let summary = super::handle(pipeline, sender, body, Encoding::Protobuf)
         .await
         .map_err(|e| status(&e))?;
-    let partial_success = (summary.rejected > 0).then(|| ExportTracePartialSuccess {
-        rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
-        error_message: super::http::rejected_message(summary.rejected),
+    let rejected = summary.rejected + summary.not_permitted;
+    let partial_success = (rejected > 0).then(|| ExportTracePartialSuccess {
+        rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
+        error_message: super::rejected_message(&summary),
     });
     Ok(tonic::Response::new(ExportTraceServiceResponse {
         partial_success,
@@ -225,9 +229,9 @@ where
         let pipeline = Arc::clone(&self.pipeline);
         let limit = self.max_message_bytes;
         let authorization = req.headers().get(http::header::AUTHORIZATION);
-        let admitted = self
+        let grant = self
             .tokens
-            .admit(authorization.map(http::HeaderValue::as_bytes));
+            .grant(authorization.map(http::HeaderValue::as_bytes));
         let (concurrency, reading) = (self.concurrency.clone(), self.reading.clone());
         let grpc_content = req
             .headers()
@@ -243,7 +247,7 @@ where
             let answer = answer(
                 pipeline,
                 req,
-                (admitted, grpc_content),
+                (grant, grpc_content),
                 limit,
                 (concurrency, reading),
             )
@@ -258,7 +262,7 @@ where
 async fn answer<B>(
     pipeline: Arc<Pipeline>,
     req: http::Request<B>,
-    (admitted, grpc_content): (bool, bool),
+    (grant, grpc_content): (Option<Grant>, bool),
     limit: usize,
     (concurrency, reading): (Limit, Reading),
 ) -> http::Response<tonic::body::Body>
@@ -278,9 +282,9 @@ where
     if req.uri().path() != EXPORT_PATH {
         return Status::unimplemented("only TraceService/Export is served").into_http();
     }
-    if !admitted {
+    let Some(grant) = grant else {
         return refuse(&pipeline, &IngestError::Unauthenticated);
-    }
+    };
     let mut accept = EnabledCompressionEncodings::default();
     accept.enable(CompressionEncoding::Gzip);
     accept.enable(CompressionEncoding::Zstd);
@@ -293,7 +297,7 @@ where
     // `Export` once it has.
     let req = req.map(|body| Metered::new(body, &reading));
     let ending = req.body().ending();
-    let mut response = grpc.unary(Export(pipeline, concurrency), req).await;
+    let mut response = grpc.unary(Export(pipeline, grant, concurrency), req).await;
     let status = response.headers().get("grpc-status").cloned();
     let failed = status.as_ref().is_some_and(|s| s != "0");
     if failed && ending.full() {

@@ -84,14 +84,14 @@ async fn answer(rx: &Receiver, request: Request) -> Response {
     // Errors are answered in the request's encoding when it has a known one.
     let answer_in = *media.as_ref().unwrap_or(&Encoding::Protobuf);
     let authorization = request.headers().get(header::AUTHORIZATION);
-    if !rx.tokens.admit(authorization.map(HeaderValue::as_bytes)) {
+    let Some(grant) = rx.tokens.grant(authorization.map(HeaderValue::as_bytes)) else {
         drain(request.into_body(), rx.limit).await;
         let mut response = refuse(rx, answer_in, &IngestError::Unauthenticated);
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
-    }
+    };
     let encoding = match media {
         Ok(e) => e,
         Err(e) => return refuse(rx, Encoding::Protobuf, &e),
@@ -111,25 +111,27 @@ async fn answer(rx: &Receiver, request: Request) -> Response {
         };
         return refuse(rx, encoding, &busy);
     };
-    let summary = match super::handle(&rx.pipeline, Transport::Http, body, encoding).await {
+    let sender = (Transport::Http, grant);
+    let summary = match super::handle(&rx.pipeline, sender, body, encoding).await {
         Ok(summary) => summary,
         // `handle` counted it already.
         Err(e) => return answer_error(encoding, &e),
     };
+    let rejected = summary.rejected + summary.not_permitted;
     let body = match encoding {
         Encoding::Protobuf => ExportTraceServiceResponse {
-            partial_success: (summary.rejected > 0).then(|| ExportTracePartialSuccess {
-                rejected_spans: i64::try_from(summary.rejected).unwrap_or(i64::MAX),
-                error_message: rejected_message(summary.rejected),
+            partial_success: (rejected > 0).then(|| ExportTracePartialSuccess {
+                rejected_spans: i64::try_from(rejected).unwrap_or(i64::MAX),
+                error_message: super::rejected_message(&summary),
             }),
         }
         .encode_to_vec(),
         // Written by hand: proto3's JSON mapping puts int64 in a string, which the
         // generated serde code does not.
-        Encoding::Json if summary.rejected > 0 => serde_json::json!({
+        Encoding::Json if rejected > 0 => serde_json::json!({
             "partialSuccess": {
-                "rejectedSpans": summary.rejected.to_string(),
-                "errorMessage": rejected_message(summary.rejected),
+                "rejectedSpans": rejected.to_string(),
+                "errorMessage": super::rejected_message(&summary),
             }
         })
         .to_string()
@@ -137,11 +139,6 @@ async fn answer(rx: &Receiver, request: Request) -> Response {
         Encoding::Json => b"{}".to_vec(),
     };
     respond(StatusCode::OK, encoding, body)
-}
-
-/// The `partial_success.error_message` for spans that could not be decoded.
-pub(super) fn rejected_message(rejected: u64) -> String {
-    format!("{rejected} spans could not be decoded")
 }
 
 fn media_type(headers: &HeaderMap) -> Result<Encoding, IngestError> {

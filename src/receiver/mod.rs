@@ -7,7 +7,7 @@
 pub mod grpc;
 pub mod http;
 
-use crate::access::{Reading, Share};
+use crate::access::{Grant, Reading, Share};
 use crate::pipeline::{Encoding, IngestError, Pipeline, Summary, Transport};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -20,25 +20,28 @@ use std::task::{Context, Poll};
 /// above all) must not hold an async worker that `/healthz` and other requests need.
 pub const OFF_WORKER_BYTES: usize = 1 << 20;
 
-/// Runs one request's body through the pipeline at the clock's now: inline when it is small,
-/// on the blocking pool when it is [`OFF_WORKER_BYTES`] or more. `allocated` is what the
-/// buffer `body` is a view of keeps allocated ([`Pipeline::handle_bytes`]).
+/// Runs one request's body, sent with `grant`, through the pipeline at the clock's now:
+/// inline when it is small, on the blocking pool when it is [`OFF_WORKER_BYTES`] or more.
+/// `allocated` is what the buffer `body` is a view of keeps allocated
+/// ([`Pipeline::handle_bytes`]).
 ///
 /// # Errors
 /// What [`Pipeline::handle`] refused.
 pub async fn handle(
     pipeline: &Arc<Pipeline>,
-    transport: Transport,
+    (transport, grant): (Transport, Grant),
     (body, allocated): (Bytes, usize),
     encoding: Encoding,
 ) -> Result<Summary, IngestError> {
     if body.len() < OFF_WORKER_BYTES {
         let now = crate::clock::now();
-        return pipeline.handle_bytes(transport, (&body, allocated), encoding, now);
+        let sender = (transport, &grant);
+        return pipeline.handle_bytes(sender, (&body, allocated), encoding, now);
     }
     let pipeline = Arc::clone(pipeline);
     tokio::task::spawn_blocking(move || {
-        pipeline.handle_bytes(transport, (&body, allocated), encoding, crate::clock::now())
+        let sender = (transport, &grant);
+        pipeline.handle_bytes(sender, (&body, allocated), encoding, crate::clock::now())
     })
     .await
     .unwrap_or_else(|e| {
@@ -172,5 +175,17 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// The `partial_success.error_message` for the spans a request's answer reports rejected:
+/// those that could not be decoded, and those its token may not speak for.
+pub fn rejected_message(summary: &Summary) -> String {
+    match (summary.rejected, summary.not_permitted) {
+        (decoded, 0) => format!("{decoded} spans could not be decoded"),
+        (0, refused) => format!("{refused} spans name a client this token may not speak for"),
+        (decoded, refused) => format!(
+            "{decoded} spans could not be decoded; {refused} name a client this token may not speak for"
+        ),
     }
 }

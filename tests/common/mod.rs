@@ -174,6 +174,19 @@ pub async fn send(bound: &Bound, body: Vec<u8>) {
     assert_eq!(r.status(), 200);
 }
 
+/// [`send`] with a bearer token.
+pub async fn send_with(bound: &Bound, token: &str, body: Vec<u8>) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/traces", bound.http))
+        .header("content-type", "application/x-protobuf")
+        .bearer_auth(token)
+        .body(body)
+        .send()
+        .await
+        .expect("the receiver answers");
+    assert_eq!(r.status(), 200);
+}
+
 /// Whether `binary` is on PATH. When it is not, fails under the test command
 /// (`REFUSAL_GATE_REQUIRE_EXTERNAL=1`, which installs it first) and skips with a message
 /// otherwise.
