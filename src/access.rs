@@ -333,6 +333,8 @@ mod tests {
             ("ab*ba", "aba", false),
             ("*b*", "abc", true),
             ("*b*", "ac", false),
+            ("*ab*b", "ab", false),
+            ("*ab*b", "abb", true),
         ] {
             assert_eq!(matches(pattern, name), expected, "{pattern} ~ {name}");
         }
@@ -371,6 +373,15 @@ mod tests {
         assert!(grant(b"Bearer other").is_none() && tokens.grant(None).is_none());
         let off = Tokens::load(&AuthConfig::default(), Path::new(".")).expect("none");
         assert!(!off.enabled() && off.grant(None).is_some_and(|g| g.observes_as("x")));
+        let only_scoped = AuthConfig {
+            tokens: Vec::new(),
+            ..config
+        };
+        let tokens = Tokens::load(&only_scoped, Path::new(".")).expect("inline tokens");
+        assert!(
+            tokens.enabled() && tokens.grant(None).is_none(),
+            "scoped tokens alone guard"
+        );
     }
 
     #[test]
@@ -448,6 +459,13 @@ mod tests {
         );
         let open = Tokens::load(&AuthConfig::default(), &dir).expect("loads");
         assert!(open.admit(None), "no token configured: no authentication");
+        std::fs::write(dir.join("t"), "only").expect("written");
+        let only_files = AuthConfig {
+            token_files: vec!["t".into()],
+            ..AuthConfig::default()
+        };
+        let files = Tokens::load(&only_files, &dir).expect("loads");
+        assert!(!files.admit(None), "token files alone guard");
         std::fs::remove_dir_all(&dir).ok();
     }
 

@@ -1,0 +1,310 @@
+//! Black-box tests beside a real OpenTelemetry Collector (tests/collector/, built from the
+//! Collector's own Go modules by the README's test command, which names it in
+//! `REFUSAL_GATE_COLLECTOR`): refusal-gate as one more OTLP exporter of a Collector's traces
+//! pipeline counts what it counts when the spans come straight to it, and the spans it
+//! forwards reach a Collector with every `refusal_gate.*` tag.
+
+mod common;
+
+use common::{export, http_span, kv, scrape, start, value};
+use opentelemetry_proto::tonic::common::v1::any_value::Value;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use std::time::Duration;
+
+/// The Collector binary, or `None`: failing under the test command, skipping otherwise.
+fn collector_binary() -> Option<std::path::PathBuf> {
+    let binary = std::env::var_os("REFUSAL_GATE_COLLECTOR").map(Into::into);
+    if binary.is_none() {
+        assert!(
+            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
+            "REFUSAL_GATE_COLLECTOR is not set; the README's test command builds the Collector"
+        );
+        eprintln!("skipped: no Collector (the README's test command builds one)");
+    }
+    binary
+}
+
+/// A running Collector, killed when dropped.
+struct Collector {
+    _child: common::Reaper,
+    /// Its OTLP/gRPC receiver's port.
+    grpc: u16,
+    /// Its OTLP/HTTP receiver's port.
+    http: u16,
+    log: std::path::PathBuf,
+}
+
+impl Collector {
+    /// Starts `binary` with an OTLP receiver on free ports and `rest` (the `exporters:` and
+    /// `service:` sections; `{grpc}` and `{http}` in it stand for the receiver's ports), and
+    /// returns once its OTLP/HTTP receiver answers.
+    async fn start(binary: &std::path::Path, dir: &std::path::Path, rest: &str) -> Collector {
+        let (grpc, http) = (common::free_port(), common::free_port());
+        let config = dir.join("collector.yaml");
+        let text = format!(
+            "receivers:
+  otlp:
+    protocols:
+      grpc: {{ endpoint: 127.0.0.1:{grpc} }}
+      http: {{ endpoint: 127.0.0.1:{http} }}
+{rest}"
+        );
+        std::fs::write(&config, text).expect("the Collector's configuration is written");
+        let log = dir.join("collector.log");
+        let child = common::Reaper(
+            std::process::Command::new(binary)
+                .arg("--config")
+                .arg(&config)
+                .stderr(std::fs::File::create(&log).expect("a log file"))
+                .spawn()
+                .expect("the Collector starts"),
+        );
+        let collector = Collector {
+            _child: child,
+            grpc,
+            http,
+            log,
+        };
+        for _ in 0..200 {
+            let answer = reqwest::Client::new()
+                .post(format!("http://127.0.0.1:{http}/v1/traces"))
+                .header("content-type", "application/x-protobuf")
+                .body(Vec::new())
+                .send()
+                .await;
+            if answer.is_ok() {
+                return collector;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the Collector did not come up: {}", collector.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The configuration both refusal-gates run: an MCP server and an HTTP API with declared
+/// paths.
+const INTERFACES: &str = "
+interfaces:
+  - name: weather-mcp
+    protocol: mcp
+    url: http://mcp.test:8080/mcp
+    endpoints: [{ path: /mcp, methods: [POST] }]
+  - name: orders-api
+    protocol: http
+    url: http://api.test
+    endpoints: [{ path: /orders, methods: [GET] }]
+";
+
+/// A JSON-RPC `tools/call` of `tool` answered with `code` (0: a result), as the MCP SDKs'
+/// instrumentations describe it.
+fn tools_call(i: u64, tool: &str, code: i64) -> Span {
+    let mut span = http_span(i, "POST", "http://mcp.test:8080/mcp", 200);
+    span.attributes.extend([
+        kv("rpc.system", Value::StringValue("jsonrpc".into())),
+        kv("rpc.method", Value::StringValue("tools/call".into())),
+        kv("gen_ai.tool.name", Value::StringValue(tool.into())),
+    ]);
+    if code != 0 {
+        span.attributes
+            .push(kv("rpc.jsonrpc.error_code", Value::IntValue(code)));
+    }
+    span
+}
+
+/// The seed's three clients, as export requests: the agent that stops at `-32601`, the prober
+/// of three undeclared paths (22 requests), the agent that retries an invalid-params call;
+/// and one whose calls all succeed. Span ids apart per client.
+fn fleet() -> Vec<Vec<u8>> {
+    let stops = vec![tools_call(0, "forecast", -32601)];
+    let probes: Vec<Span> = (0..22)
+        .map(|i| {
+            let path = ["/admin", "/debug", "/internal"][i as usize % 3];
+            http_span(100 + i, "GET", &format!("http://api.test{path}"), 404)
+        })
+        .collect();
+    let retries: Vec<Span> = (0..4).map(|i| tools_call(200 + i, "pay", -32602)).collect();
+    let fine: Vec<Span> = (0..5)
+        .map(|i| http_span(300 + i, "GET", "http://api.test/orders", 200))
+        .collect();
+    vec![
+        export("stopping-agent", stops),
+        export("prober", probes),
+        export("retrying-agent", retries),
+        export("fine-agent", fine),
+    ]
+}
+
+/// The per-client series of `/metrics`: attempts, violations, discovery reads and honoured
+/// refusals, as sorted lines.
+fn pair_series(m: &str) -> Vec<String> {
+    let mut lines: Vec<String> = m
+        .lines()
+        .filter(|l| {
+            [
+                "refusal_gate_attempts_total{",
+                "refusal_gate_violations_total{",
+                "refusal_gate_discovery_reads_total{",
+                "refusal_gate_refusals_honored_total{",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        // Exemplars (`# {trace_id=…}`) are the same spans either way; the value is what counts.
+        .map(|l| l.split(" # ").next().unwrap_or(l).to_owned())
+        .collect();
+    lines.sort();
+    lines
+}
+
+async fn accepted(bound: &refusal_gate::app::Bound) -> f64 {
+    let m = scrape(bound).await;
+    value(&m, "refusal_gate_receiver_accepted_spans_total", &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_collector_the_counters_are_those_of_spans_sent_straight() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    let dir = common::fresh_dir("collector", "behind");
+    let config = format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\n{INTERFACES}"
+    );
+    let straight = start(&config).await;
+    let behind = start(&config).await;
+    // The README's "one more OTLP exporter in your Collector's traces pipeline", literally.
+    let collector = Collector::start(
+        &binary,
+        &dir,
+        &format!(
+            "processors:
+  batch: {{ timeout: 200ms }}
+exporters:
+  otlp_grpc/refusal-gate:
+    endpoint: {}
+    tls: {{ insecure: true }}
+service:
+  telemetry:
+    metrics: {{ level: none }}
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
+",
+            behind.bound.grpc
+        ),
+    )
+    .await;
+
+    let requests = fleet();
+    let spans = 1 + 22 + 4 + 5;
+    for body in &requests {
+        common::send(&straight.bound, body.clone()).await;
+        let answer = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/v1/traces", collector.http))
+            .header("content-type", "application/x-protobuf")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("the Collector answers");
+        assert_eq!(answer.status(), 200, "{}", collector.log_text());
+    }
+    for _ in 0..100 {
+        if accepted(&behind.bound).await >= f64::from(spans) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        accepted(&behind.bound).await,
+        f64::from(spans),
+        "every span through the Collector: {}",
+        collector.log_text()
+    );
+    let (a, b) = (scrape(&straight.bound).await, scrape(&behind.bound).await);
+    let (a, b) = (pair_series(&a), pair_series(&b));
+    assert!(
+        a.iter().any(|l| l.contains("prober")) && a.iter().any(|l| l.contains("violation")),
+        "the fleet makes the seed's stories: {a:#?}"
+    );
+    assert_eq!(a, b, "straight and behind a Collector");
+    drop(collector);
+    straight.shutdown().await;
+    behind.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_spans_reach_a_collector_with_every_tag() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    let dir = common::fresh_dir("collector", "forwarded");
+    // The Collector prints every span it receives, attributes and all.
+    let collector = Collector::start(
+        &binary,
+        &dir,
+        "exporters:
+  debug: { verbosity: detailed }
+service:
+  telemetry:
+    metrics: { level: none }
+  pipelines:
+    traces: { receivers: [otlp], exporters: [debug] }
+",
+    )
+    .await;
+    let server = start(&format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\nexporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc }}\n{INTERFACES}",
+        collector.grpc
+    ))
+    .await;
+    for body in fleet() {
+        common::send(&server.bound, body).await;
+    }
+    server.shutdown().await;
+    let mut log = String::new();
+    for _ in 0..100 {
+        log = collector.log_text();
+        if log.matches("Span #").count() >= 32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        log.matches("Span #").count(),
+        32,
+        "every span arrived: {log}"
+    );
+    // Every span with every tag a first attempt carries, as refusal-gate wrote them.
+    for key in [
+        "refusal_gate.class",
+        "refusal_gate.kind",
+        "refusal_gate.decision",
+        "refusal_gate.reason",
+        "refusal_gate.interface",
+        "refusal_gate.discovery_read",
+        "refusal_gate.attempt",
+    ] {
+        assert_eq!(
+            log.matches(&format!("-> {key}: ")).count(),
+            32,
+            "{key} on every span: {log}"
+        );
+    }
+    for tag in [
+        "refusal_gate.interface: Str(orders-api)",
+        "refusal_gate.interface: Str(weather-mcp)",
+        "refusal_gate.reason: Str(jsonrpc -32601)",
+        "refusal_gate.reason: Str(http 404 undeclared path)",
+        "refusal_gate.class: Str(ok)",
+        "refusal_gate.attempt: Int(4)",
+    ] {
+        assert!(
+            log.contains(tag),
+            "{tag} in what the Collector received: {log}"
+        );
+    }
+    drop(collector);
+}
