@@ -1,8 +1,9 @@
 //! Black-box tests beside a real OpenTelemetry Collector (tests/collector/, built from the
 //! Collector's own Go modules by the README's test command, which names it in
 //! `REFUSAL_GATE_COLLECTOR`): refusal-gate as one more OTLP exporter of a Collector's traces
-//! pipeline counts what it counts when the spans come straight to it, and the spans it
-//! forwards reach a Collector with every `refusal_gate.*` tag.
+//! pipeline counts what it counts when the spans come straight to it, the spans it forwards
+//! reach a Collector with every `refusal_gate.*` tag, and its OTLP metrics push reaches a real
+//! Prometheus through the Collector's Prometheus exporter.
 
 mod common;
 
@@ -306,5 +307,108 @@ service:
             "{tag} in what the Collector received: {log}"
         );
     }
+    drop(collector);
+}
+
+/// The first value of a Prometheus instant query, once it answers one.
+async fn query(prometheus: &str, promql: &str) -> Option<f64> {
+    let response = reqwest::Client::new()
+        .get(format!("{prometheus}/api/v1/query"))
+        .query(&[("query", promql)])
+        .send()
+        .await
+        .ok()?;
+    let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+    body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_push_reaches_prometheus_through_a_collector() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    if !common::external("prometheus") {
+        return;
+    }
+    let dir = common::fresh_dir("collector", "push");
+    // refusal-gate → OTLP metrics push → the Collector's Prometheus exporter → Prometheus.
+    let exposed = common::free_port();
+    let collector = Collector::start(
+        &binary,
+        &dir,
+        &format!(
+            "exporters:
+  prometheus: {{ endpoint: 127.0.0.1:{exposed} }}
+service:
+  telemetry:
+    metrics: {{ level: none }}
+  pipelines:
+    metrics: {{ receivers: [otlp], exporters: [prometheus] }}
+"
+        ),
+    )
+    .await;
+    let server = start(&format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\nexporters:\n  otlp_metrics: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc, interval: 1s }}\n{INTERFACES}",
+        collector.grpc
+    ))
+    .await;
+    for body in fleet() {
+        common::send(&server.bound, body).await;
+    }
+    let ours = scrape(&server.bound).await;
+    let probes = value(
+        &ours,
+        "refusal_gate_attempts_total",
+        &[("client", "prober")],
+    );
+    assert_eq!(probes, 22.0);
+
+    let port = common::free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{ scrape_interval: 1s }}\nscrape_configs:\n  - job_name: collector\n    static_configs:\n      - targets: ['127.0.0.1:{exposed}']\n"
+        ),
+    )
+    .expect("the configuration is written");
+    let _prometheus = common::Reaper(
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("prometheus starts"),
+    );
+    let prometheus = format!("http://127.0.0.1:{port}");
+    let promql = r#"sum(refusal_gate_attempts_total{client="prober"})"#;
+    let mut seen = None;
+    for _ in 0..120 {
+        seen = query(&prometheus, promql).await;
+        if seen == Some(probes) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        seen,
+        Some(probes),
+        "the prober's attempts, pushed and scraped: {}",
+        collector.log_text()
+    );
+    let violations = value(&ours, "refusal_gate_violations_total", &[]);
+    assert!(violations > 0.0);
+    assert_eq!(
+        query(&prometheus, "sum(refusal_gate_violations_total)").await,
+        Some(violations),
+        "every violation too"
+    );
+    server.shutdown().await;
     drop(collector);
 }
