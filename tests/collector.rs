@@ -412,3 +412,77 @@ service:
     server.shutdown().await;
     drop(collector);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_fanning_in_a_fleet_is_not_starved_by_one_connection_holding_every_stream() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    let dir = common::fresh_dir("collector", "fan-in");
+    let server = start(&format!(
+        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\n{INTERFACES}"
+    ))
+    .await;
+    // Issue 63: one HTTP/2 connection holds a hundred Export streams open with their headers
+    // only, more than max_concurrent_requests (64), for the whole test.
+    let mut attacker = common::bare_http2(server.bound.grpc).await;
+    let _held = common::headers_only(&mut attacker, 100).await;
+    let collector = Collector::start(
+        &binary,
+        &dir,
+        &format!(
+            "processors:
+  batch: {{ timeout: 100ms, send_batch_size: 50 }}
+exporters:
+  otlp_grpc/refusal-gate:
+    endpoint: {}
+    tls: {{ insecure: true }}
+    retry_on_failure: {{ enabled: false }}
+service:
+  telemetry:
+    metrics: {{ level: none }}
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
+",
+            server.bound.grpc
+        ),
+    )
+    .await;
+    // A fleet of 100 clients, five spans each, fanned in over the Collector's few connections
+    // (its retries off: an export refused would be lost, and counted as such).
+    let clients = 100u64;
+    for c in 0..clients {
+        let spans = (0..5)
+            .map(|k| http_span(1_000 + c * 10 + k, "GET", "http://api.test/orders", 200))
+            .collect();
+        let answer = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{}/v1/traces", collector.http))
+            .header("content-type", "application/x-protobuf")
+            .body(export(&format!("agent-{c}"), spans))
+            .send()
+            .await
+            .expect("the Collector answers");
+        assert_eq!(answer.status(), 200);
+    }
+    let want = clients as f64 * 5.0;
+    for _ in 0..100 {
+        if accepted(&server.bound).await >= want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = scrape(&server.bound).await;
+    assert_eq!(
+        value(&m, "refusal_gate_receiver_accepted_spans_total", &[]),
+        want,
+        "every span of the fleet, beside the held streams: {}",
+        collector.log_text()
+    );
+    assert_eq!(
+        value(&m, "refusal_gate_receiver_refused_requests_total", &[]).max(0.0),
+        0.0,
+        "no export refused"
+    );
+    drop(collector);
+    server.shutdown().await;
+}

@@ -244,8 +244,8 @@ admin:
     )
     .await
     .expect("written");
-    let mut attacker = bare_http2(&b).await;
-    let _stream = headers_only(&mut attacker, 1).await;
+    let mut attacker = common::bare_http2(b.grpc).await;
+    let _stream = common::headers_only(&mut attacker, 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     common::send(&b, body.clone()).await;
     assert_eq!(grpc_raw(&b, None, body.clone()).await.0, tonic::Code::Ok);
@@ -352,36 +352,6 @@ async fn http_exports_accepted(bound: &Bound, n: u64) -> u64 {
     accepted
 }
 
-/// One HTTP/2 connection to the gRPC port, driven in the background.
-async fn bare_http2(bound: &Bound) -> h2::client::SendRequest<Bytes> {
-    let tcp = tokio::net::TcpStream::connect(bound.grpc)
-        .await
-        .expect("connects");
-    let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
-    tokio::spawn(connection);
-    client
-}
-
-/// Opens `n` Export streams on `client` and sends their headers only: the streams, held open
-/// for as long as they live.
-async fn headers_only(
-    client: &mut h2::client::SendRequest<Bytes>,
-    n: usize,
-) -> Vec<h2::SendStream<Bytes>> {
-    let mut streams = Vec::with_capacity(n);
-    for _ in 0..n {
-        let request = tonic::codegen::http::Request::post(format!("http://x{EXPORT_PATH}"))
-            .header("content-type", "application/grpc")
-            .header("te", "trailers")
-            .body(())
-            .expect("a request");
-        *client = client.clone().ready().await.expect("room for a stream");
-        let (_answer, stream) = client.send_request(request, false).expect("sent");
-        streams.push(stream);
-    }
-    streams
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_holding_or_resetting_a_hundred_streams_starves_no_exporter() {
     let server = start(
@@ -399,8 +369,8 @@ admin:
 
     // A hundred streams with their headers only, on one connection, held while an ordinary
     // exporter beside them sends a hundred exports.
-    let mut attacker = bare_http2(&b).await;
-    let held = headers_only(&mut attacker, 100).await;
+    let mut attacker = common::bare_http2(b.grpc).await;
+    let held = common::headers_only(&mut attacker, 100).await;
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let through = grpc_exports_accepted(&b, 100).await;
     eprintln!("held streams: {through} of 100 exports accepted beside them");
@@ -411,7 +381,7 @@ admin:
     // sends again.
     let attack = async {
         for _ in 0..5 {
-            let mut streams = headers_only(&mut attacker, 100).await;
+            let mut streams = common::headers_only(&mut attacker, 100).await;
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             for stream in &mut streams {
                 stream.send_reset(h2::Reason::CANCEL);
@@ -504,8 +474,8 @@ admin:
     let body = export("c", vec![span]);
 
     // gRPC: 900 KiB of a message arrived, the rest not yet.
-    let mut attacker = bare_http2(&b).await;
-    let mut streams = headers_only(&mut attacker, 1).await;
+    let mut attacker = common::bare_http2(b.grpc).await;
+    let mut streams = common::headers_only(&mut attacker, 1).await;
     let mut frame = vec![0u8, 0, 0x10, 0, 0];
     frame.resize(900 << 10, 0x0a);
     streams[0].reserve_capacity(frame.len());

@@ -456,3 +456,36 @@ pub fn chromium(dir: &std::path::Path, args: &[&str], url: &str) -> std::process
 pub fn dom(dir: &std::path::Path, url: &str) -> String {
     String::from_utf8(chromium(dir, &["--dump-dom"], url).stdout).expect("UTF-8")
 }
+
+/// One bare HTTP/2 connection to the gRPC port at `grpc`, driven in the background.
+pub async fn bare_http2(grpc: std::net::SocketAddr) -> h2::client::SendRequest<bytes::Bytes> {
+    let tcp = tokio::net::TcpStream::connect(grpc)
+        .await
+        .expect("connects");
+    let (client, connection) = h2::client::handshake(tcp).await.expect("HTTP/2");
+    tokio::spawn(connection);
+    client
+}
+
+/// Opens `n` Export streams on `client` and sends their headers only: the streams, held open
+/// for as long as they live.
+pub async fn headers_only(
+    client: &mut h2::client::SendRequest<bytes::Bytes>,
+    n: usize,
+) -> Vec<h2::SendStream<bytes::Bytes>> {
+    let mut streams = Vec::with_capacity(n);
+    for _ in 0..n {
+        let request = tonic::codegen::http::Request::post(format!(
+            "http://x{}",
+            refusal_gate::export::EXPORT_PATH
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .expect("a request");
+        *client = client.clone().ready().await.expect("room for a stream");
+        let (_answer, stream) = client.send_request(request, false).expect("sent");
+        streams.push(stream);
+    }
+    streams
+}
