@@ -486,3 +486,23 @@ service:
     drop(collector);
     server.shutdown().await;
 }
+
+#[test]
+fn the_shipped_collector_configuration_is_valid_to_a_real_collector() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/collector.yaml");
+    let out = std::process::Command::new(binary)
+        .arg("validate")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("the Collector runs");
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        config.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
