@@ -385,6 +385,15 @@ mod tests {
     }
 
     #[test]
+    fn places_are_requests_and_mebibytes() {
+        let (limit, reading) = places(1, 2);
+        let _first = limit.try_enter().expect("one place");
+        assert!(limit.try_enter().is_none());
+        let mut share = reading.share();
+        assert!(share.take(2 << 20) && !share.take(1), "two MiB exactly");
+    }
+
+    #[test]
     fn a_share_takes_what_fits_and_gives_it_all_back() {
         let reading = Reading::new(10);
         let mut one = reading.share();
