@@ -94,7 +94,7 @@ fn bad_configurations_name_the_key() {
             ("receivers: { otlp: { http: { max_reading_mib: 19 } } }", "receivers.otlp.http.max_reading_mib"),
             ("receivers: { otlp: { auth: { scoped: [{ clients: [a] }] } } }", "receivers.otlp.auth.scoped[0]"),
             ("receivers: { otlp: { auth: { scoped: [{ token: ' ', clients: [a] }] } } }", "receivers.otlp.auth.scoped[0]"),
-            ("admin: { auth: { scoped: [{ token: a, token_file: b }] } }", "admin.auth.scoped[0]"),
+            ("admin: { auth: { scoped: [{ token: a, token_file: b }] } }", "admin.auth.scoped[0]: give token or token_file, not both"),
             ("admin: { auth: { scoped: [{ token: a, clients: [] }] } }", "admin.auth.scoped[0].clients"),
             ("admin: { auth: { scoped: [{ token: a, clients: [b, ''] }] } }", "admin.auth.scoped[0].clients"),
             ("receivers: { otlp: { auth: { scoped: [{ token: a, read_only: true }] } } }", "receivers.otlp.auth.scoped[0].read_only"),

@@ -206,6 +206,16 @@ mod tests {
                 tonic::Code::DeadlineExceeded,
             ),
             (
+                IngestError::UnsupportedEncoding(String::new()),
+                415,
+                tonic::Code::Unimplemented,
+            ),
+            (
+                IngestError::BrokenOff,
+                400,
+                tonic::Code::InvalidArgument,
+            ),
+            (
                 IngestError::ReadingFull {
                     retry_after: std::time::Duration::from_secs(1),
                 },
