@@ -210,11 +210,7 @@ mod tests {
                 415,
                 tonic::Code::Unimplemented,
             ),
-            (
-                IngestError::BrokenOff,
-                400,
-                tonic::Code::InvalidArgument,
-            ),
+            (IngestError::BrokenOff, 400, tonic::Code::InvalidArgument),
             (
                 IngestError::ReadingFull {
                     retry_after: std::time::Duration::from_secs(1),
