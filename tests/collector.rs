@@ -1,7 +1,8 @@
 //! Black-box tests beside a real OpenTelemetry Collector (tests/collector/, built from the
 //! Collector's own Go modules by the README's test command, which names it in
 //! `REFUSAL_GATE_COLLECTOR`): refusal-gate as one more OTLP exporter of a Collector's traces
-//! pipeline counts what it counts when the spans come straight to it, the spans it forwards
+//! pipeline counts what it counts when the spans come straight to it (hand-made spans, and a
+//! real FastMCP stack with its server observed from its side), the spans it forwards
 //! reach a Collector with every `refusal_gate.*` tag, and its OTLP metrics push reaches a real
 //! Prometheus through the Collector's Prometheus exporter.
 
@@ -505,4 +506,150 @@ fn the_shipped_collector_configuration_is_valid_to_a_real_collector() {
         config.display(),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A Python script of the agent stacks (tests/agents/).
+fn agent_script(name: &str) -> String {
+    format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts FastMCP's server on `port`, its spans exported as `weather-fastmcp` to the OTLP/HTTP
+/// receiver on `otlp` every 100 ms; returns once it listens.
+async fn fastmcp_server(python: &str, port: u16, otlp: u16) -> tokio::process::Child {
+    let mut server = tokio::process::Command::new(python)
+        .arg(agent_script("fastmcp_server.py"))
+        .arg(port.to_string())
+        .env("OTEL_SERVICE_NAME", "weather-fastmcp")
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the MCP server starts");
+    for _ in 0..600 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return server;
+        }
+        if let Some(status) = server.try_wait().expect("waitable") {
+            panic!("the FastMCP server exited: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the FastMCP server never listened");
+}
+
+/// Plays the seed's stories with FastMCP's client against `base`, its spans exported to the
+/// OTLP/HTTP receiver on `otlp`.
+async fn fastmcp_stories(python: &str, base: &str, otlp: u16) {
+    for story in ["planner", "prober", "assistant", "careful"] {
+        let out = tokio::process::Command::new(python)
+            .arg(agent_script("stack_client.py"))
+            .args(["fastmcp", story, base])
+            .env(
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                format!("http://127.0.0.1:{otlp}/v1/traces"),
+            )
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .output()
+            .await
+            .expect("the client runs");
+        assert!(
+            out.status.success(),
+            "{story}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The per-client series of `/metrics` once they stop changing (the servers export every
+/// 100 ms; a read of `/metrics` settles what is pending, so the first is made after a pause).
+async fn settled_series(bound: &refusal_gate::app::Bound) -> Vec<String> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut last = pair_series(&scrape(bound).await);
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = pair_series(&scrape(bound).await);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_stack_behind_a_collector_is_counted_as_when_it_exports_straight() {
+    let Some(binary) = collector_binary() else {
+        return;
+    };
+    let Some(python) = common::agent_python() else {
+        return;
+    };
+    let dir = common::fresh_dir("collector", "stack");
+    // The same interface, observed from both sides, on two servers: one exporting (with its
+    // clients) straight to a refusal-gate, one through a Collector to another.
+    let (straight_port, behind_port) = (common::free_port(), common::free_port());
+    let config = |port: u16| {
+        format!(
+            "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\ninterfaces:
+  - name: weather-fastmcp
+    protocol: mcp
+    url: http://127.0.0.1:{port}/mcp
+    endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
+    server: {{ service_names: [weather-fastmcp] }}
+"
+        )
+    };
+    let straight = start(&config(straight_port)).await;
+    let behind = start(&config(behind_port)).await;
+    let collector = Collector::start(
+        &binary,
+        &dir,
+        &format!(
+            "processors:
+  batch: {{ timeout: 100ms }}
+exporters:
+  otlp_grpc/refusal-gate:
+    endpoint: {}
+    tls: {{ insecure: true }}
+service:
+  telemetry:
+    metrics: {{ level: none }}
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
+",
+            behind.bound.grpc
+        ),
+    )
+    .await;
+    let _straight_server = fastmcp_server(&python, straight_port, straight.bound.http.port()).await;
+    let _behind_server = fastmcp_server(&python, behind_port, collector.http).await;
+    let base = |port: u16| format!("http://127.0.0.1:{port}");
+    fastmcp_stories(&python, &base(straight_port), straight.bound.http.port()).await;
+    fastmcp_stories(&python, &base(behind_port), collector.http).await;
+
+    let (a, b) = (
+        settled_series(&straight.bound).await,
+        settled_series(&behind.bound).await,
+    );
+    assert!(
+        a.iter().any(|l| l.contains("fastmcp-prober")) && a.iter().any(|l| l.contains("violation")),
+        "the stories were told: {a:#?}"
+    );
+    assert_eq!(
+        a,
+        b,
+        "straight and behind a Collector: {}",
+        collector.log_text()
+    );
+    drop(collector);
+    straight.shutdown().await;
+    behind.shutdown().await;
 }
