@@ -87,6 +87,35 @@ impl Collector {
     }
 }
 
+/// The listeners of a refusal-gate started in process, on free ports.
+const LISTENERS: &str = "receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+admin:
+  endpoint: 127.0.0.1:0
+";
+
+/// The rest of a Collector's configuration that sends its traces, batched as `batch` says,
+/// to the refusal-gate whose OTLP/gRPC receiver is `grpc`, its OTLP exporter given `extra`
+/// lines too (indented as its keys).
+fn to_refusal_gate(grpc: std::net::SocketAddr, batch: &str, extra: &str) -> String {
+    format!(
+        "processors:
+  batch: {{ {batch} }}
+exporters:
+  otlp_grpc/refusal-gate:
+    endpoint: {grpc}
+    tls: {{ insecure: true }}
+{extra}service:
+  telemetry:
+    metrics: {{ level: none }}
+  pipelines:
+    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
+"
+    )
+}
+
 /// The configuration both refusal-gates run: an MCP server and an HTTP API with declared
 /// paths.
 const INTERFACES: &str = "
@@ -173,30 +202,14 @@ async fn behind_a_collector_the_counters_are_those_of_spans_sent_straight() {
         return;
     };
     let dir = common::fresh_dir("collector", "behind");
-    let config = format!(
-        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\n{INTERFACES}"
-    );
+    let config = format!("{LISTENERS}{INTERFACES}");
     let straight = start(&config).await;
     let behind = start(&config).await;
     // The README's "one more OTLP exporter in your Collector's traces pipeline", literally.
     let collector = Collector::start(
         &binary,
         &dir,
-        &format!(
-            "processors:
-  batch: {{ timeout: 200ms }}
-exporters:
-  otlp_grpc/refusal-gate:
-    endpoint: {}
-    tls: {{ insecure: true }}
-service:
-  telemetry:
-    metrics: {{ level: none }}
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
-",
-            behind.bound.grpc
-        ),
+        &to_refusal_gate(behind.bound.grpc, "timeout: 200ms", ""),
     )
     .await;
 
@@ -258,7 +271,7 @@ service:
     )
     .await;
     let server = start(&format!(
-        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\nexporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc }}\n{INTERFACES}",
+        "{LISTENERS}exporters:\n  otlp: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc }}\n{INTERFACES}",
         collector.grpc
     ))
     .await;
@@ -311,18 +324,6 @@ service:
     drop(collector);
 }
 
-/// The first value of a Prometheus instant query, once it answers one.
-async fn query(prometheus: &str, promql: &str) -> Option<f64> {
-    let response = reqwest::Client::new()
-        .get(format!("{prometheus}/api/v1/query"))
-        .query(&[("query", promql)])
-        .send()
-        .await
-        .ok()?;
-    let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
-    body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_push_reaches_prometheus_through_a_collector() {
     let Some(binary) = collector_binary() else {
@@ -350,7 +351,7 @@ service:
     )
     .await;
     let server = start(&format!(
-        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\nexporters:\n  otlp_metrics: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc, interval: 1s }}\n{INTERFACES}",
+        "{LISTENERS}exporters:\n  otlp_metrics: {{ endpoint: 'http://127.0.0.1:{}', protocol: grpc, interval: 1s }}\n{INTERFACES}",
         collector.grpc
     ))
     .await;
@@ -391,7 +392,7 @@ service:
     let promql = r#"sum(refusal_gate_attempts_total{client="prober"})"#;
     let mut seen = None;
     for _ in 0..120 {
-        seen = query(&prometheus, promql).await;
+        seen = common::prometheus_query(&prometheus, promql).await;
         if seen == Some(probes) {
             break;
         }
@@ -406,7 +407,7 @@ service:
     let violations = value(&ours, "refusal_gate_violations_total", &[]);
     assert!(violations > 0.0);
     assert_eq!(
-        query(&prometheus, "sum(refusal_gate_violations_total)").await,
+        common::prometheus_query(&prometheus, "sum(refusal_gate_violations_total)").await,
         Some(violations),
         "every violation too"
     );
@@ -420,10 +421,7 @@ async fn a_collector_fanning_in_a_fleet_is_not_starved_by_one_connection_holding
         return;
     };
     let dir = common::fresh_dir("collector", "fan-in");
-    let server = start(&format!(
-        "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\n{INTERFACES}"
-    ))
-    .await;
+    let server = start(&format!("{LISTENERS}{INTERFACES}")).await;
     // Issue 63: one HTTP/2 connection holds a hundred Export streams open with their headers
     // only, more than max_concurrent_requests (64), for the whole test.
     let mut attacker = common::bare_http2(server.bound.grpc).await;
@@ -431,21 +429,10 @@ async fn a_collector_fanning_in_a_fleet_is_not_starved_by_one_connection_holding
     let collector = Collector::start(
         &binary,
         &dir,
-        &format!(
-            "processors:
-  batch: {{ timeout: 100ms, send_batch_size: 50 }}
-exporters:
-  otlp_grpc/refusal-gate:
-    endpoint: {}
-    tls: {{ insecure: true }}
-    retry_on_failure: {{ enabled: false }}
-service:
-  telemetry:
-    metrics: {{ level: none }}
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
-",
-            server.bound.grpc
+        &to_refusal_gate(
+            server.bound.grpc,
+            "timeout: 100ms, send_batch_size: 50",
+            "    retry_on_failure: { enabled: false }\n",
         ),
     )
     .await;
@@ -598,7 +585,7 @@ async fn a_real_stack_behind_a_collector_is_counted_as_when_it_exports_straight(
     let (straight_port, behind_port) = (common::free_port(), common::free_port());
     let config = |port: u16| {
         format!(
-            "receivers:\n  otlp:\n    grpc: {{ endpoint: 127.0.0.1:0 }}\n    http: {{ endpoint: 127.0.0.1:0 }}\nadmin:\n  endpoint: 127.0.0.1:0\ninterfaces:
+            "{LISTENERS}interfaces:
   - name: weather-fastmcp
     protocol: mcp
     url: http://127.0.0.1:{port}/mcp
@@ -612,21 +599,7 @@ async fn a_real_stack_behind_a_collector_is_counted_as_when_it_exports_straight(
     let collector = Collector::start(
         &binary,
         &dir,
-        &format!(
-            "processors:
-  batch: {{ timeout: 100ms }}
-exporters:
-  otlp_grpc/refusal-gate:
-    endpoint: {}
-    tls: {{ insecure: true }}
-service:
-  telemetry:
-    metrics: {{ level: none }}
-  pipelines:
-    traces: {{ receivers: [otlp], processors: [batch], exporters: [otlp_grpc/refusal-gate] }}
-",
-            behind.bound.grpc
-        ),
+        &to_refusal_gate(behind.bound.grpc, "timeout: 100ms", ""),
     )
     .await;
     let _straight_server = fastmcp_server(&python, straight_port, straight.bound.http.port()).await;

@@ -28,6 +28,16 @@ admin:
   auth: { tokens: [admin-token] }
 ";
 
+/// Port-0 listeners with every limit at its default.
+const DEFAULTS: &str = "
+receivers:
+  otlp:
+    grpc: { endpoint: 127.0.0.1:0 }
+    http: { endpoint: 127.0.0.1:0 }
+admin:
+  endpoint: 127.0.0.1:0
+";
+
 fn grpc_exporter(bound: &Bound, token: Option<&str>) -> opentelemetry_otlp::SpanExporter {
     let mut metadata = tonic::metadata::MetadataMap::new();
     if let Some(t) = token {
@@ -354,17 +364,7 @@ async fn http_exports_accepted(bound: &Bound, n: u64) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_connection_holding_or_resetting_a_hundred_streams_starves_no_exporter() {
-    let server = start(
-        "
-receivers:
-  otlp:
-    grpc: { endpoint: 127.0.0.1:0 }
-    http: { endpoint: 127.0.0.1:0 }
-admin:
-  endpoint: 127.0.0.1:0
-",
-    )
-    .await;
+    let server = start(DEFAULTS).await;
     let b = server.bound;
 
     // A hundred streams with their headers only, on one connection, held while an ordinary
@@ -409,17 +409,7 @@ admin:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_trickling_bodies_starve_no_exporter() {
-    let server = start(
-        "
-receivers:
-  otlp:
-    grpc: { endpoint: 127.0.0.1:0 }
-    http: { endpoint: 127.0.0.1:0 }
-admin:
-  endpoint: 127.0.0.1:0
-",
-    )
-    .await;
+    let server = start(DEFAULTS).await;
     let b = server.bound;
     // 64 connections, each with a body of 100,000 bytes declared and one more byte every
     // 100 ms.

@@ -65,17 +65,6 @@ async fn exemplars(prometheus: &str, promql: &str) -> Vec<(String, String)> {
     found
 }
 
-async fn query(prometheus: &str, promql: &str) -> Option<f64> {
-    let response = reqwest::Client::new()
-        .get(format!("{prometheus}/api/v1/query"))
-        .query(&[("query", promql)])
-        .send()
-        .await
-        .ok()?;
-    let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
-    body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_counters() {
     if !external("prometheus") {
@@ -120,8 +109,8 @@ async fn prometheus_scrapes_the_counters() {
     let mut seen = (None, None);
     while Instant::now() < deadline {
         seen = (
-            query(&prometheus, retries).await,
-            query(&prometheus, refusals).await,
+            common::prometheus_query(&prometheus, retries).await,
+            common::prometheus_query(&prometheus, refusals).await,
         );
         if seen == (Some(4.0), Some(5.0)) {
             break;
@@ -130,7 +119,7 @@ async fn prometheus_scrapes_the_counters() {
     }
     assert_eq!(seen, (Some(4.0), Some(5.0)), "what Prometheus stored");
     assert_eq!(
-        query(&prometheus, r#"up{job="refusal-gate"}"#).await,
+        common::prometheus_query(&prometheus, r#"up{job="refusal-gate"}"#).await,
         Some(1.0)
     );
 

@@ -489,3 +489,16 @@ pub async fn headers_only(
     }
     streams
 }
+
+/// The first value of the Prometheus server at `prometheus` (its base URL) for the instant
+/// query `promql`, once it answers one.
+pub async fn prometheus_query(prometheus: &str, promql: &str) -> Option<f64> {
+    let response = reqwest::Client::new()
+        .get(format!("{prometheus}/api/v1/query"))
+        .query(&[("query", promql)])
+        .send()
+        .await
+        .ok()?;
+    let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+    body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+}
