@@ -495,63 +495,15 @@ fn the_shipped_collector_configuration_is_valid_to_a_real_collector() {
     );
 }
 
-/// A Python script of the agent stacks (tests/agents/).
-fn agent_script(name: &str) -> String {
-    format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Starts FastMCP's server on `port`, its spans exported as `weather-fastmcp` to the OTLP/HTTP
-/// receiver on `otlp` every 100 ms; returns once it listens.
-async fn fastmcp_server(python: &str, port: u16, otlp: u16) -> tokio::process::Child {
-    let mut server = tokio::process::Command::new(python)
-        .arg(agent_script("fastmcp_server.py"))
-        .arg(port.to_string())
-        .env("OTEL_SERVICE_NAME", "weather-fastmcp")
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp}/v1/traces"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the MCP server starts");
-    for _ in 0..600 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
-            return server;
-        }
-        if let Some(status) = server.try_wait().expect("waitable") {
-            panic!("the FastMCP server exited: {status}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the FastMCP server never listened");
-}
-
 /// Plays the seed's stories with FastMCP's client against `base`, its spans exported to the
 /// OTLP/HTTP receiver on `otlp`.
 async fn fastmcp_stories(python: &str, base: &str, otlp: u16) {
     for story in ["planner", "prober", "assistant", "careful"] {
-        let out = tokio::process::Command::new(python)
-            .arg(agent_script("stack_client.py"))
-            .args(["fastmcp", story, base])
-            .env(
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                format!("http://127.0.0.1:{otlp}/v1/traces"),
-            )
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-            .output()
-            .await
-            .expect("the client runs");
-        assert!(
-            out.status.success(),
-            "{story}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let mut client = tokio::process::Command::new(python);
+        client
+            .arg(common::agent_script("stack_client.py"))
+            .args(["fastmcp", story, base]);
+        common::exporting_to(otlp, client).await;
     }
 }
 
@@ -602,8 +554,12 @@ async fn a_real_stack_behind_a_collector_is_counted_as_when_it_exports_straight(
         &to_refusal_gate(behind.bound.grpc, "timeout: 100ms", ""),
     )
     .await;
-    let _straight_server = fastmcp_server(&python, straight_port, straight.bound.http.port()).await;
-    let _behind_server = fastmcp_server(&python, behind_port, collector.http).await;
+    let server = |port, otlp| {
+        let command = &["fastmcp_server.py"][..];
+        common::mcp_server_every(&python, command, (port, "weather-fastmcp"), otlp, 100)
+    };
+    let _straight_server = server(straight_port, straight.bound.http.port()).await;
+    let _behind_server = server(behind_port, collector.http).await;
     let base = |port: u16| format!("http://127.0.0.1:{port}");
     fastmcp_stories(&python, &base(straight_port), straight.bound.http.port()).await;
     fastmcp_stories(&python, &base(behind_port), collector.http).await;

@@ -37,10 +37,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-fn script(name: &str) -> String {
-    format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Starts an MCP server script (`command`: its name, then its options) on `port`, exporting
 /// its spans as `service` to `otlp` every 100 ms.
 async fn mcp_server(
@@ -50,45 +46,7 @@ async fn mcp_server(
     service: &str,
     otlp: u16,
 ) -> tokio::process::Child {
-    mcp_server_every(python, command, (port, service), otlp, 100).await
-}
-
-/// [`mcp_server`], its spans exported every `every_ms`.
-async fn mcp_server_every(
-    python: &str,
-    command: &[&str],
-    (port, service): (u16, &str),
-    otlp: u16,
-    every_ms: u64,
-) -> tokio::process::Child {
-    let name = command[0];
-    let mut server = tokio::process::Command::new(python)
-        .arg(script(name))
-        .arg(port.to_string())
-        .args(&command[1..])
-        .env("OTEL_SERVICE_NAME", service)
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp}/v1/traces"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", every_ms.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the MCP server starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "{name} never listened");
-        if let Some(status) = server.try_wait().expect("waitable") {
-            panic!("{name} exited: {status}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    server
+    common::mcp_server_every(python, command, (port, service), otlp, 100).await
 }
 
 /// Starts Caddy on `port` in front of the server on `upstream`, its `tracing` exporting as
@@ -242,32 +200,12 @@ async fn run_client(
 ) -> String {
     let mut command = tokio::process::Command::new(python);
     command
-        .arg(script(script_name))
+        .arg(common::agent_script(script_name))
         .args(args)
         .env("RECORD", record)
         .envs(env.iter().copied());
-    exporting_to(otlp, command).await;
+    common::exporting_to(otlp, command).await;
     std::fs::read_to_string(record).expect("the client recorded its spans")
-}
-
-/// Runs `command` to its end, its spans exported to `otlp` every 100 ms; fails the test
-/// with its output when it fails.
-async fn exporting_to(otlp: u16, mut command: tokio::process::Command) {
-    let out = command
-        .env(
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            format!("http://127.0.0.1:{otlp}/v1/traces"),
-        )
-        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
-        .output()
-        .await
-        .expect("the client runs");
-    assert!(
-        out.status.success(),
-        "{command:?}: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The CLIENT spans of a recording (OTLP/JSON lines).
@@ -508,12 +446,15 @@ async fn ts_flow(
     if !here.exists() {
         std::fs::create_dir_all(&here).expect("a directory for the TypeScript client");
         std::os::unix::fs::symlink(modules, here.join("node_modules")).expect("a link");
-        std::fs::copy(script("ts/flow_client.mjs"), here.join("flow_client.mjs"))
-            .expect("the client is copied");
+        std::fs::copy(
+            common::agent_script("ts/flow_client.mjs"),
+            here.join("flow_client.mjs"),
+        )
+        .expect("the client is copied");
     }
     let mut node = tokio::process::Command::new("node");
     node.arg(here.join("flow_client.mjs")).args([name, base]);
-    exporting_to(otlp, node).await;
+    common::exporting_to(otlp, node).await;
 }
 
 /// DESIGN §12 on real SDKs doing what the MCP specification tells them to, each against a real
@@ -725,7 +666,7 @@ async fn the_openai_agents_sdk_under_openinference_each_call_leaves_with_the_ser
     let _gate = spawn_binary(&config, ports.admin, std::process::Stdio::null()).await;
     let server = ["mcp_server.py"];
     let at = (port, "weather-agents");
-    let _server = mcp_server_every(&python, &server, at, ports.http, 2_000).await;
+    let _server = common::mcp_server_every(&python, &server, at, ports.http, 2_000).await;
     let base = format!("http://127.0.0.1:{port}");
     let stories = ["careful", "assistant", "unknown"];
     for story in stories {

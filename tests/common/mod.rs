@@ -502,3 +502,71 @@ pub async fn prometheus_query(prometheus: &str, promql: &str) -> Option<f64> {
     let body: serde_json::Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
     body["data"]["result"][0]["value"][1].as_str()?.parse().ok()
 }
+
+/// A file of the agent stacks (tests/agents/).
+pub fn agent_script(name: &str) -> String {
+    format!("{}/tests/agents/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Starts an MCP server script of tests/agents (`command`: its name, then its options) on
+/// `port`, exporting its spans as `service` to the OTLP/HTTP receiver on `otlp` every
+/// `every_ms`; returns once it listens.
+pub async fn mcp_server_every(
+    python: &str,
+    command: &[&str],
+    (port, service): (u16, &str),
+    otlp: u16,
+    every_ms: u64,
+) -> tokio::process::Child {
+    let name = command[0];
+    let mut server = tokio::process::Command::new(python)
+        .arg(agent_script(name))
+        .arg(port.to_string())
+        .args(&command[1..])
+        .env("OTEL_SERVICE_NAME", service)
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", every_ms.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the MCP server starts");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} never listened"
+        );
+        if let Some(status) = server.try_wait().expect("waitable") {
+            panic!("{name} exited: {status}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    server
+}
+
+/// Runs `command` to its end, its spans exported to `otlp` every 100 ms; fails the test
+/// with its output when it fails.
+pub async fn exporting_to(otlp: u16, mut command: tokio::process::Command) {
+    let out = command
+        .env(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            format!("http://127.0.0.1:{otlp}/v1/traces"),
+        )
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .output()
+        .await
+        .expect("the client runs");
+    assert!(
+        out.status.success(),
+        "{command:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
