@@ -488,7 +488,8 @@ impl Made {
             Metrics::new(&config.metrics),
             &config.alerting,
         )
-        .with_max_attributes(config.receivers.otlp.max_attributes_per_span);
+        .with_max_attributes(config.receivers.otlp.max_attributes_per_span)
+        .with_role(config.tracker.role);
         let downstream = match &config.exporters.otlp {
             Some(otlp) => {
                 pipeline = pipeline.with_exporter(otlp);

@@ -120,6 +120,9 @@ fn bad_configuration_is_refused_with_the_key_named() {
             "admin:\n  ui: { trace_url: \" https://tempo.test/{trace_id}\" }\n",
             "admin.ui.trace_url",
         ),
+        // A joiner that forwards nowhere, and a role there is not.
+        ("tracker:\n  role: join\n", "tracker.role"),
+        ("tracker:\n  role: relay\n", "tracker.role"),
     ];
     for (text, key) in cases {
         let path = temp_file("bad.yaml", text);

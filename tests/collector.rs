@@ -8,84 +8,11 @@
 
 mod common;
 
+use common::collector::{collector_binary, Collector};
 use common::{export, http_span, kv, scrape, start, value};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use std::time::Duration;
-
-/// The Collector binary, or `None`: failing under the test command, skipping otherwise.
-fn collector_binary() -> Option<std::path::PathBuf> {
-    let binary = std::env::var_os("REFUSAL_GATE_COLLECTOR").map(Into::into);
-    if binary.is_none() {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "REFUSAL_GATE_COLLECTOR is not set; the README's test command builds the Collector"
-        );
-        eprintln!("skipped: no Collector (the README's test command builds one)");
-    }
-    binary
-}
-
-/// A running Collector, killed when dropped.
-struct Collector {
-    _child: common::Reaper,
-    /// Its OTLP/gRPC receiver's port.
-    grpc: u16,
-    /// Its OTLP/HTTP receiver's port.
-    http: u16,
-    log: std::path::PathBuf,
-}
-
-impl Collector {
-    /// Starts `binary` with an OTLP receiver on free ports and `rest` (the `exporters:` and
-    /// `service:` sections; `{grpc}` and `{http}` in it stand for the receiver's ports), and
-    /// returns once its OTLP/HTTP receiver answers.
-    async fn start(binary: &std::path::Path, dir: &std::path::Path, rest: &str) -> Collector {
-        let (grpc, http) = (common::free_port(), common::free_port());
-        let config = dir.join("collector.yaml");
-        let text = format!(
-            "receivers:
-  otlp:
-    protocols:
-      grpc: {{ endpoint: 127.0.0.1:{grpc} }}
-      http: {{ endpoint: 127.0.0.1:{http} }}
-{rest}"
-        );
-        std::fs::write(&config, text).expect("the Collector's configuration is written");
-        let log = dir.join("collector.log");
-        let child = common::Reaper(
-            std::process::Command::new(binary)
-                .arg("--config")
-                .arg(&config)
-                .stderr(std::fs::File::create(&log).expect("a log file"))
-                .spawn()
-                .expect("the Collector starts"),
-        );
-        let collector = Collector {
-            _child: child,
-            grpc,
-            http,
-            log,
-        };
-        for _ in 0..200 {
-            let answer = reqwest::Client::new()
-                .post(format!("http://127.0.0.1:{http}/v1/traces"))
-                .header("content-type", "application/x-protobuf")
-                .body(Vec::new())
-                .send()
-                .await;
-            if answer.is_ok() {
-                return collector;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("the Collector did not come up: {}", collector.log_text());
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
 
 /// The listeners of a refusal-gate started in process, on free ports.
 const LISTENERS: &str = "receivers:
@@ -476,23 +403,28 @@ async fn a_collector_fanning_in_a_fleet_is_not_starved_by_one_connection_holding
 }
 
 #[test]
-fn the_shipped_collector_configuration_is_valid_to_a_real_collector() {
+fn the_shipped_collector_configurations_are_valid_to_a_real_collector() {
     let Some(binary) = collector_binary() else {
         return;
     };
-    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/collector.yaml");
-    let out = std::process::Command::new(binary)
-        .arg("validate")
-        .arg("--config")
-        .arg(&config)
-        .output()
-        .expect("the Collector runs");
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        config.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    for file in [
+        "deploy/k8s/collector.yaml",
+        "deploy/scaleout/collector.yaml",
+    ] {
+        let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+        let out = std::process::Command::new(&binary)
+            .arg("validate")
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .expect("the Collector runs");
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            config.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Plays the seed's stories with FastMCP's client against `base`, its spans exported to the

@@ -78,9 +78,48 @@ fn the_shipped_configurations_are_valid() {
     for path in [
         "deploy/refusal-gate.yaml",
         "deploy/k8s/refusal-gate-config.yaml",
+        "deploy/scaleout/count-2.yaml",
     ] {
         Config::parse(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
+}
+
+#[test]
+fn the_joiners_join_and_forward_to_the_collectors_second_pipeline() {
+    use refusal_gate::config::Role;
+    for (path, collector, port) in [
+        (
+            "deploy/k8s/refusal-gate-join-config.yaml",
+            "deploy/k8s/collector.yaml",
+            "4319",
+        ),
+        (
+            "deploy/scaleout/join-0.yaml",
+            "deploy/scaleout/collector.yaml",
+            "14319",
+        ),
+        (
+            "deploy/scaleout/join-1.yaml",
+            "deploy/scaleout/collector.yaml",
+            "14319",
+        ),
+    ] {
+        let joiner = Config::parse(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(joiner.tracker.role, Role::Join, "{path}");
+        let to = joiner.exporters.otlp.expect("forwards").endpoint;
+        assert!(to.ends_with(&format!(":{port}")), "{path}: {to}");
+        let collector = read(collector);
+        assert!(collector.contains(&format!(":{port} }}")), "{collector}");
+        assert!(collector.contains("routing_attributes: [refusal_gate.client]"));
+    }
+    // The compose profile's Collector routes to the joiners' and the counters' ports.
+    let collector = read("deploy/scaleout/collector.yaml");
+    for port in ["24317", "25317", "4317", "34317"] {
+        assert!(collector.contains(&format!("127.0.0.1:{port}")), "{port}");
+    }
+    let k8s = read("deploy/k8s/refusal-gate.yaml");
+    assert!(k8s.contains("name: refusal-gate-join-headless"));
+    assert!(read("deploy/k8s/collector.yaml").contains("refusal-gate-join-headless"));
 }
 
 #[test]

@@ -538,6 +538,25 @@ pub struct TrackerConfig {
     /// contradiction is remembered before it is counted again.
     #[serde(deserialize_with = "duration")]
     pub honesty_window: Duration,
+    /// What this replica does with the calls it joins: counts them (the default), or, as the
+    /// first of two tiers of replicas, forwards each span stamped with its call's client and
+    /// counts nothing ([`Role::Join`]).
+    pub role: Role,
+}
+
+/// `tracker.role`: what a replica does with the calls it joins (docs/operations.md, "Running
+/// several").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Counts every call, raises alerts and tags the spans it forwards with their verdicts.
+    #[default]
+    Count,
+    /// Joins each call's spans (a first tier, routed by trace id) and forwards every span
+    /// with `refusal_gate.client` (and `refusal_gate.client_instance`) naming its call's
+    /// client, one client per forwarded request, for a second tier routed by that client.
+    /// Counts, alerts and tags nothing.
+    Join,
 }
 
 impl TrackerConfig {
@@ -560,6 +579,7 @@ impl Default for TrackerConfig {
             max_held_spans: 10_000,
             max_held_mib: 16,
             honesty_window: Duration::from_secs(3600),
+            role: Role::Count,
         }
     }
 }

@@ -154,6 +154,12 @@ impl Config {
 
     /// `exporters:`: each next hop and its queue.
     fn check_exporters(&self) -> Result<(), ConfigError> {
+        if self.tracker.role == super::Role::Join && self.exporters.otlp.is_none() {
+            return invalid(
+                "tracker.role".into(),
+                "join forwards every span to the second tier: it needs exporters.otlp",
+            );
+        }
         if let Some(otlp) = &self.exporters.otlp {
             check_next_hop("exporters.otlp", &otlp.endpoint, otlp.tls.as_ref())?;
             if otlp.queue_size == 0

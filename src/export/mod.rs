@@ -56,10 +56,12 @@ pub enum Reservation {
     },
 }
 
-/// One tagged request waiting: its bytes (what the queue's byte bound counts) and spans.
+/// One tagged request waiting: its bytes (what the queue's byte bound counts), spans, and
+/// route: requests of different routes are never sent as one ([`crate::otlp::route`]).
 struct Item {
     body: Bytes,
     spans: usize,
+    route: u64,
 }
 
 /// The queue and its sender.
@@ -154,6 +156,12 @@ impl Exporter {
     /// Queues a tagged request whose room was [`Reservation::Granted`] for `reserved_bytes`;
     /// the queue's byte count becomes its real size.
     pub fn push(&self, body: Vec<u8>, spans: usize, reserved_bytes: usize) {
+        self.push_routed(body, spans, reserved_bytes, 0);
+    }
+
+    /// [`Exporter::push`] for a request of one `route`: it is batched only with requests of
+    /// the same route that follow it in the queue.
+    pub fn push_routed(&self, body: Vec<u8>, spans: usize, reserved_bytes: usize, route: u64) {
         self.adjust_bytes(reserved_bytes, body.len());
         self.queue
             .lock()
@@ -161,6 +169,7 @@ impl Exporter {
             .push_back(Item {
                 body: Bytes::from(body),
                 spans,
+                route,
             });
         self.show();
         self.wake.notify_one();
@@ -201,16 +210,17 @@ impl Exporter {
         self.metrics.queued_bytes.set(self.queued_bytes() as i64);
     }
 
-    /// Takes the next batch: whole requests, up to `batch_size` spans and `batch_size_mib`
-    /// bytes (at least one request).
+    /// Takes the next batch: whole requests of one route, up to `batch_size` spans and
+    /// `batch_size_mib` bytes (at least one request).
     fn next_batch(&self) -> Option<Vec<Item>> {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let first = queue.pop_front()?;
-        let (mut spans, mut bytes) = (first.spans, first.body.len());
+        let (mut spans, mut bytes, first_route) = (first.spans, first.body.len(), first.route);
         let mut batch = vec![first];
         while let Some(next) = queue.front() {
             if spans + next.spans > self.config.batch_size
                 || bytes + next.body.len() > self.config.batch_bytes()
+                || next.route != first_route
             {
                 break;
             }
@@ -373,10 +383,12 @@ impl Exporter {
             vec![Item {
                 body: Bytes::from(a),
                 spans: spans_a,
+                route: item.route,
             }],
             vec![Item {
                 body: Bytes::from(b),
                 spans: spans_b,
+                route: item.route,
             }],
         ))
     }
@@ -506,5 +518,25 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn requests_of_different_routes_are_never_one_batch() {
+        let config = crate::config::Config::parse("exporters: { otlp: { endpoint: http://h:9 } }")
+            .expect("valid");
+        let otlp = config.exporters.otlp.clone().expect("an exporter");
+        let exporter = Exporter::new(
+            otlp,
+            crate::metrics::Metrics::new(&config.metrics).export_metrics(),
+        );
+        for (body, route) in [(1, 7), (2, 7), (3, 8), (4, 7), (5, 0), (6, 0)] {
+            exporter.reserve(1, 1);
+            exporter.push_routed(vec![body], 1, 1, route);
+        }
+        let mut batches = Vec::new();
+        while let Some(batch) = exporter.next_batch() {
+            batches.push(batch.iter().map(|i| i.body[0]).collect::<Vec<_>>());
+        }
+        assert_eq!(batches, [vec![1, 2], vec![3], vec![4], vec![5, 6]]);
     }
 }

@@ -1,6 +1,6 @@
 //! OTLP, the protocol: reading spans from the protobuf bytes ([`wire`]) and the views of a
 //! span and its values that extraction reads ([`span`]); a request's framing, checked and
-//! re-framed with tags ([`frame`], [`tags`]); OTLP/JSON turned into protobuf ([`json`]).
+//! re-framed with tags ([`frame`], [`tags`]), or split by client for a second tier ([`route`]); OTLP/JSON turned into protobuf ([`json`]).
 //!
 //! Core: pure protocol code. It knows nothing of the pipeline, the tracker or the sockets.
 
@@ -8,6 +8,7 @@
 pub(crate) mod fixtures;
 pub mod frame;
 pub mod json;
+pub mod route;
 pub mod span;
 pub mod tags;
 pub mod wire;

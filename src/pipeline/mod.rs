@@ -10,6 +10,7 @@
 mod assemble;
 pub mod calls;
 pub mod error;
+mod join;
 mod outbox;
 pub mod place;
 
@@ -27,7 +28,7 @@ use crate::extract::SpanView;
 use crate::extract::{self, Attempt};
 use crate::metrics::Metrics;
 use crate::otlp::tags::SpanTags;
-use crate::otlp::{frame, json, wire};
+use crate::otlp::{frame, json, route, wire};
 use crate::tracker::{EachShard, Event, Judgement, Nanos, Observation, Tracker};
 use assemble::{Joins, Memory, Node, Root};
 use bytes::Bytes;
@@ -86,6 +87,9 @@ pub struct Pipeline {
     /// for the sweep's verdicts to be counted rather than reading the counters without them.
     /// Never taken on the ingest path.
     settling: Mutex<()>,
+    /// `tracker.role: join`: every forwarded span is stamped with its call's client instead of
+    /// tagged, and nothing is counted ([`join`]).
+    join: bool,
 }
 
 /// What one request carries through the ingest path.
@@ -158,6 +162,7 @@ impl Pipeline {
             outbox: Mutex::new(outbox),
             withheld: AtomicUsize::new(0),
             settling: Mutex::new(()),
+            join: false,
         }
     }
 
@@ -172,6 +177,14 @@ impl Pipeline {
             &config.alerting,
         )
         .with_max_attributes(config.receivers.otlp.max_attributes_per_span)
+        .with_role(config.tracker.role)
+    }
+
+    /// Plays `role` (`tracker.role`).
+    #[must_use]
+    pub fn with_role(mut self, role: crate::config::Role) -> Pipeline {
+        self.join = role == crate::config::Role::Join;
+        self
     }
 
     /// Hashes with `seed` (the one a state file was written with).
@@ -362,6 +375,11 @@ impl Pipeline {
         // The withheld spans (in the outbox now) keep their room in the queue until they leave.
         let forwarded = spans - malformed_at.len() - tags.withheld();
         exporter.release(malformed_at.len(), 0);
+        if self.join {
+            self.forward_stamped(exporter, (body, &malformed_at), &mut tags, forwarded);
+            self.forward_ready(None, now);
+            return Ok(summary);
+        }
         match frame::retag(body, &malformed_at, &tags) {
             Ok(tagged) => exporter.push(tagged, forwarded, body.len()),
             Err(e) => {
@@ -451,6 +469,10 @@ impl Pipeline {
             let waited = now.saturating_sub(p.since);
             self.metrics
                 .withheld_for(waited as f64 / crate::clock::SECOND as f64);
+        }
+        if self.join {
+            self.forward_parcels_stamped(exporter, parcels);
+            return;
         }
         exporter.push(outbox::frame(parcels), parcels.len(), 0);
     }
@@ -615,6 +637,10 @@ impl Pipeline {
     /// Records what the tracker reported at `now`: counters, and an alert for every
     /// violation.
     fn record(&self, events: &[Event], now: Nanos) {
+        if self.join {
+            // A first tier's replica sees a client's calls scattered by trace: it counts none.
+            return;
+        }
         self.metrics.record(events);
         for event in events {
             if let Some(alert) =
@@ -688,15 +714,9 @@ impl Pipeline {
         let awaited = awaits_server || attempt.origin.is_none();
         let memory = Memory::of(awaited, attempt.family != extract::Family::Http);
         // Spans tagged upstream are forwarded as they came.
-        let tag = slot.filter(|_| !attempt.tagged).map(|at| {
-            use std::fmt::Write;
-            r.reason.clear();
-            let _ = write!(r.reason, "{}", p.reason);
-            let start = r.placed.len();
-            let max = self.metrics.max_label_bytes();
-            place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
-            (at, start..r.placed.len())
-        });
+        let tag = slot
+            .filter(|_| !attempt.tagged)
+            .map(|at| (at, self.write_placed(r, attempt, &p)));
         let obs = place::observation(&p, attempt, labels);
         match memory {
             Some(Memory::Remembered) => {
@@ -730,6 +750,27 @@ impl Pipeline {
         }
     }
 
+    /// Writes a staged attempt's tags that do not depend on the verdict (a joiner's: its
+    /// client's stamp) to `r.placed`; returns where they stand.
+    fn write_placed(
+        &self,
+        r: &mut RequestState<'_>,
+        attempt: &Attempt<'_>,
+        p: &Placed<'_>,
+    ) -> std::ops::Range<usize> {
+        use std::fmt::Write;
+        let start = r.placed.len();
+        if self.join {
+            route::stamp(&mut r.placed, attempt.client.name, attempt.client.instance);
+            return start..r.placed.len();
+        }
+        r.reason.clear();
+        let _ = write!(r.reason, "{}", p.reason);
+        let max = self.metrics.max_label_bytes();
+        place::write_place_tags(&mut r.placed, &r.reason, p.interface_name, max);
+        start..r.placed.len()
+    }
+
     /// Counts a span read, and reserves its place among the tags when asked for them.
     fn read(&self, r: &mut RequestState<'_>, span: &wire::SpanRef<'_>) -> Option<usize> {
         r.summary.accepted += 1;
@@ -743,7 +784,7 @@ impl Pipeline {
     fn flush(&self, r: &mut RequestState<'_>, staged: &mut Vec<Staged<'_>>) {
         // About one event an attempt: grown a batch at a time rather than doubled from 4.
         r.events.reserve(staged.len());
-        let (tags, placed) = (&mut r.tags, &r.placed);
+        let (tags, placed, join) = (&mut r.tags, &r.placed, self.join);
         self.tracker.observe_all(
             r.now,
             staged,
@@ -757,7 +798,9 @@ impl Pipeline {
                 if let (Some(tags), Some((at, range))) = (tags.as_deref_mut(), &staged[i].tag) {
                     tags.write(*at, |out| {
                         out.extend_from_slice(&placed[range.clone()]);
-                        place::write_verdict_tags(out, &judgement);
+                        if !join {
+                            place::write_verdict_tags(out, &judgement);
+                        }
                     });
                     if staged[i].withhold {
                         tags.withhold(*at);

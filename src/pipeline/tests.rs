@@ -11,6 +11,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 
+mod join;
 mod orders;
 
 /// A pipeline with one MCP interface, `weather` (`http://mcp.test:8080/mcp`, `POST /mcp`),
@@ -491,7 +492,7 @@ mod server_view {
     }
 
     /// What the ASGI instrumentation records for a request (its default, legacy names).
-    fn asgi(id: u8, parent: u8, path: &str, status: &str) -> Span {
+    pub(super) fn asgi(id: u8, parent: u8, path: &str, status: &str) -> Span {
         let url = format!("http://mcp.test:8080{path}");
         span(
             2,
@@ -508,7 +509,7 @@ mod server_view {
     }
 
     /// What the MCP Python SDK's server records for a message.
-    fn mcp(id: u8, parent: u8, method: &str) -> Span {
+    pub(super) fn mcp(id: u8, parent: u8, method: &str) -> Span {
         span(2, id, parent, &[("mcp.method.name", method)])
     }
 

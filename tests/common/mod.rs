@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod collector;
 pub mod sink;
 
 use refusal_gate::app::{Bound, Server};

@@ -15,7 +15,8 @@ use super::Memory;
 use crate::config::Protocol;
 use crate::discovery::{Declared, InterfaceRef, Interfaces};
 use crate::extract::call::{self, Role, Side};
-use crate::extract::{Attempt, Family, Owned};
+use crate::extract::{Attempt, Client, Family, Owned};
+use crate::otlp::route;
 use crate::otlp::tags::SpanTags;
 use crate::tracker::{Event, Nanos, Observation, Retraction};
 use foldhash::HashSet;
@@ -266,7 +267,11 @@ impl Pipeline {
         // Whether the call may still change: a client attempt of it waits for its server's
         // span (DESIGN §11.5).
         let mut waits = false;
-        let untag = |i: usize, c: &mut Counting<'_>| c.tag(slot_of(i), &work.keys[i], |_| {});
+        // A first tier's replica stamps every span of the call with its client instead.
+        let client = self.join.then(|| call_client(calls, group)).flatten();
+        let untag = |i: usize, c: &mut Counting<'_>| {
+            c.tag(slot_of(i), &work.keys[i], |buf| stamp(buf, client));
+        };
         for &i in group {
             match calls.attempt(i) {
                 None => {
@@ -311,8 +316,11 @@ impl Pipeline {
                         continue;
                     };
                     counted.push(obs);
-                    if attempt.tagged {
-                        // Tagged upstream: forwarded as it came.
+                    if attempt.tagged || self.join {
+                        // Tagged upstream: forwarded as it came; a joiner's: stamped.
+                        if self.join {
+                            untag(i, counting);
+                        }
                         continue;
                     }
                     let max = self.metrics.max_label_bytes();
@@ -446,6 +454,21 @@ impl Pipeline {
 
 /// Where the tags of span `i` of the work set go: its slot in the request (none for a span
 /// kept from an earlier one).
+/// The client of a call (the spans `group`): its first attempt's.
+fn call_client<'c>(calls: &call::Calls<'c>, group: &[usize]) -> Option<Client<'c>> {
+    group
+        .iter()
+        .find_map(|&i| calls.attempt(i))
+        .map(|a| a.attempt.client)
+}
+
+/// Appends the stamp of `client` (a joiner's call's client; none elsewhere) to `buf`.
+fn stamp(buf: &mut Vec<u8>, client: Option<Client<'_>>) {
+    if let Some(c) = client {
+        route::stamp(buf, c.name, c.instance);
+    }
+}
+
 fn slot(work: &Work<'_>, places: &Places<'_>, i: usize) -> Option<usize> {
     match work.from[i] {
         From::Node(n) => places.slots.get(n).copied().flatten(),
