@@ -1,10 +1,10 @@
 //! Black-box tests beside a real OpenTelemetry Collector (tests/collector/, built from the
 //! Collector's own Go modules by the README's test command, which names it in
 //! `REFUSAL_GATE_COLLECTOR`): refusal-gate as one more OTLP exporter of a Collector's traces
-//! pipeline counts what it counts when the spans come straight to it (hand-made spans, and a
-//! real FastMCP stack with its server observed from its side), the spans it forwards
-//! reach a Collector with every `refusal_gate.*` tag, and its OTLP metrics push reaches a real
-//! Prometheus through the Collector's Prometheus exporter.
+//! pipeline counts what it counts when the spans come straight to it (hand-made spans, and the
+//! real FastMCP and MCP SDK stacks with their servers observed from their side), the spans it
+//! forwards reach a Collector with every `refusal_gate.*` tag, and its OTLP metrics push
+//! reaches a real Prometheus through the Collector's Prometheus exporter.
 
 mod common;
 
@@ -427,14 +427,14 @@ fn the_shipped_collector_configurations_are_valid_to_a_real_collector() {
     }
 }
 
-/// Plays the seed's stories with FastMCP's client against `base`, its spans exported to the
-/// OTLP/HTTP receiver on `otlp`.
-async fn fastmcp_stories(python: &str, base: &str, otlp: u16) {
+/// Plays the seed's stories with `stack`'s client (`stack_client.py`) against `base`, its
+/// spans exported to the OTLP/HTTP receiver on `otlp`.
+async fn stories(python: &str, stack: &str, base: &str, otlp: u16) {
     for story in ["planner", "prober", "assistant", "careful"] {
         let mut client = tokio::process::Command::new(python);
         client
             .arg(common::agent_script("stack_client.py"))
-            .args(["fastmcp", story, base]);
+            .args([stack, story, base]);
         common::exporting_to(otlp, client).await;
     }
 }
@@ -456,58 +456,81 @@ async fn settled_series(bound: &refusal_gate::app::Bound) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_real_stack_behind_a_collector_is_counted_as_when_it_exports_straight() {
+async fn real_stacks_behind_a_collector_are_counted_as_when_they_export_straight() {
     let Some(binary) = collector_binary() else {
         return;
     };
     let Some(python) = common::agent_python() else {
         return;
     };
-    let dir = common::fresh_dir("collector", "stack");
-    // The same interface, observed from both sides, on two servers: one exporting (with its
-    // clients) straight to a refusal-gate, one through a Collector to another.
+    // FastMCP's client and server; the MCP SDK's client against its server behind the ASGI
+    // instrumentation (tests/stacks.rs runs both).
+    for (stack, script, service) in [
+        ("fastmcp", "fastmcp_server.py", "weather-fastmcp"),
+        ("mcp", "mcp_server.py", "weather-sdk"),
+    ] {
+        let dir = common::fresh_dir("collector", stack);
+        stack_behind_a_collector(&binary, &python, &dir, (stack, script, service)).await;
+    }
+}
+
+/// Runs one stack's stories twice against the same interface, observed from both sides, on
+/// two servers: one exporting (with its clients) straight to a refusal-gate, one through a
+/// Collector to another; the per-client series must be the same.
+async fn stack_behind_a_collector(
+    binary: &std::path::Path,
+    python: &str,
+    dir: &std::path::Path,
+    (stack, script, service): (&str, &'static str, &'static str),
+) {
     let (straight_port, behind_port) = (common::free_port(), common::free_port());
     let config = |port: u16| {
         format!(
             "{LISTENERS}interfaces:
-  - name: weather-fastmcp
+  - name: {service}
     protocol: mcp
     url: http://127.0.0.1:{port}/mcp
     endpoints: [{{ path: /mcp, methods: [POST, GET, DELETE] }}]
-    server: {{ service_names: [weather-fastmcp] }}
+    server: {{ service_names: [{service}] }}
 "
         )
     };
     let straight = start(&config(straight_port)).await;
     let behind = start(&config(behind_port)).await;
     let collector = Collector::start(
-        &binary,
-        &dir,
+        binary,
+        dir,
         &to_refusal_gate(behind.bound.grpc, "timeout: 100ms", ""),
     )
     .await;
-    let server = |port, otlp| {
-        let command = &["fastmcp_server.py"][..];
-        common::mcp_server_every(&python, command, (port, "weather-fastmcp"), otlp, 100)
-    };
+    let command = [script];
+    let server =
+        |port, otlp| common::mcp_server_every(python, &command, (port, service), otlp, 100);
     let _straight_server = server(straight_port, straight.bound.http.port()).await;
     let _behind_server = server(behind_port, collector.http).await;
     let base = |port: u16| format!("http://127.0.0.1:{port}");
-    fastmcp_stories(&python, &base(straight_port), straight.bound.http.port()).await;
-    fastmcp_stories(&python, &base(behind_port), collector.http).await;
+    stories(
+        python,
+        stack,
+        &base(straight_port),
+        straight.bound.http.port(),
+    )
+    .await;
+    stories(python, stack, &base(behind_port), collector.http).await;
 
     let (a, b) = (
         settled_series(&straight.bound).await,
         settled_series(&behind.bound).await,
     );
     assert!(
-        a.iter().any(|l| l.contains("fastmcp-prober")) && a.iter().any(|l| l.contains("violation")),
-        "the stories were told: {a:#?}"
+        a.iter().any(|l| l.contains(&format!("{stack}-prober")))
+            && a.iter().any(|l| l.contains("violation")),
+        "{stack}: the stories were told: {a:#?}"
     );
     assert_eq!(
         a,
         b,
-        "straight and behind a Collector: {}",
+        "{stack}: straight and behind a Collector: {}",
         collector.log_text()
     );
     drop(collector);

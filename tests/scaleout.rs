@@ -16,7 +16,7 @@
 mod common;
 
 use common::collector::{collector_binary, Collector};
-use common::{kv, Reaper, T0};
+use common::{kv, Reaper};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -143,7 +143,7 @@ service:
 }
 
 /// A span of trace `trace` with id `id` (parent `parent`, 0: none), of `kind`, starting `at`
-/// × 100 ms after [`T0`].
+/// × 100 ms after [`t0`].
 fn span(trace: [u8; 3], (id, parent): (u64, u64), kind: i32, at: u64) -> Span {
     let mut trace_id = vec![0; 16];
     trace_id[..3].copy_from_slice(&trace);
@@ -154,10 +154,22 @@ fn span(trace: [u8; 3], (id, parent): (u64, u64), kind: i32, at: u64) -> Span {
         parent_span_id: if parent == 0 { vec![] } else { ids(parent) },
         name: "call".into(),
         kind,
-        start_time_unix_nano: T0 + at * 100_000_000,
-        end_time_unix_nano: T0 + at * 100_000_000 + 20_000_000,
+        start_time_unix_nano: t0() + at * 100_000_000,
+        end_time_unix_nano: t0() + at * 100_000_000 + 20_000_000,
         ..Default::default()
     }
+}
+
+/// When the test began, in Unix nanoseconds: the fleet's spans are as recent as a real
+/// fleet's, so that a read of `/metrics` while some are still on their way (it settles what
+/// is pending) cannot find a refusal's `probe_window` over and judge it honored before its
+/// retry arrives, as it would for spans of long ago.
+fn t0() -> u64 {
+    static T0: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *T0.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        u64::try_from(now.expect("after 1970").as_nanos()).expect("before 2554")
+    })
 }
 
 fn s(key: &str, value: &str) -> opentelemetry_proto::tonic::common::v1::KeyValue {
@@ -356,8 +368,7 @@ fn add_series(text: &str, into: &mut BTreeMap<String, f64>) {
 
 /// Waits out the reorder window (the last spans through two Collectors within it), checks
 /// that the replicas have accepted `spans` spans between them, and sums their per-client
-/// series. (A read of `/metrics` settles what is pending: the spans are years old, so a
-/// refusal settled before its retry arrives would be judged honored at once.)
+/// series.
 async fn settled(replicas: &[&Replica], spans: f64) -> BTreeMap<String, f64> {
     tokio::time::sleep(Duration::from_secs(6)).await;
     let mut accepted = 0.0;
@@ -388,13 +399,31 @@ async fn settled(replicas: &[&Replica], spans: f64) -> BTreeMap<String, f64> {
     sum
 }
 
+/// Waits until the `joiners` have forwarded `spans` spans between them (a joiner counts
+/// nothing: reading its `/metrics` settles nothing that matters).
+async fn forwarded_by(joiners: &[&Replica], spans: f64) {
+    let mut sent = 0.0;
+    for _ in 0..300 {
+        sent = 0.0;
+        for j in joiners {
+            let m = metrics(j.admin).await;
+            sent += common::value(&m, "refusal_gate_exporter_sent_spans_total", &[]);
+        }
+        if sent >= spans {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the joiners forwarded {sent} of {spans} spans");
+}
+
 /// A violation's total over every client.
 fn total(series: &BTreeMap<String, f64>, family: &str, label: &str) -> f64 {
     series
         .iter()
         .filter(|(k, _)| k.starts_with(family) && k.contains(label))
         .map(|(_, v)| v)
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// What differs between `got` and `want`: each series whose value is not the same.
@@ -457,6 +486,7 @@ async fn two_tiers_of_replicas_count_as_one_and_each_single_routing_loses_what_i
     )
     .await;
     play(&fleet, first.http).await;
+    forwarded_by(&joining, spans).await;
     let two_tiers = settled(&counting, spans).await;
     let spread: Vec<f64> = {
         let mut each = Vec::new();

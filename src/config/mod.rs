@@ -554,7 +554,8 @@ pub enum Role {
     Count,
     /// Joins each call's spans (a first tier, routed by trace id) and forwards every span
     /// with `refusal_gate.client` (and `refusal_gate.client_instance`) naming its call's
-    /// client, one client per forwarded request, for a second tier routed by that client.
+    /// client — no trace's spans of two clients in one forwarded request — for a second tier
+    /// routed by that client.
     /// Counts, alerts and tags nothing.
     Join,
 }

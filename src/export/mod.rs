@@ -36,6 +36,7 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub const RETRY_HINT: Duration = Duration::from_secs(1);
 
 pub use crate::metrics::ExportMetrics;
+use crate::otlp::route::TraceId;
 
 /// Room in the queue, asked for before a request is ingested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,12 +57,31 @@ pub enum Reservation {
     },
 }
 
-/// One tagged request waiting: its bytes (what the queue's byte bound counts), spans, and
-/// route: requests of different routes are never sent as one ([`crate::otlp::route`]).
+/// One tagged request waiting: its bytes (what the queue's byte bound counts), spans, and,
+/// from a first tier's replica, its route and traces: requests of different routes are sent
+/// as one only when they share no trace ([`crate::otlp::route`]).
 struct Item {
     body: Bytes,
     spans: usize,
     route: u64,
+    traces: Box<[TraceId]>,
+}
+
+/// The route of each trace of a batch being made, for the requests of a first tier's replica.
+#[derive(Default)]
+struct Routes(foldhash::HashMap<TraceId, u64>);
+
+impl Routes {
+    /// Whether `item` may join the batch: none of its traces is in it under another route.
+    fn admits(&self, item: &Item) -> bool {
+        item.traces
+            .iter()
+            .all(|t| self.0.get(t).is_none_or(|r| *r == item.route))
+    }
+
+    fn add(&mut self, item: &Item) {
+        self.0.extend(item.traces.iter().map(|t| (*t, item.route)));
+    }
 }
 
 /// The queue and its sender.
@@ -156,12 +176,18 @@ impl Exporter {
     /// Queues a tagged request whose room was [`Reservation::Granted`] for `reserved_bytes`;
     /// the queue's byte count becomes its real size.
     pub fn push(&self, body: Vec<u8>, spans: usize, reserved_bytes: usize) {
-        self.push_routed(body, spans, reserved_bytes, 0);
+        self.push_routed(body, spans, reserved_bytes, (0, Vec::new()));
     }
 
-    /// [`Exporter::push`] for a request of one `route`: it is batched only with requests of
-    /// the same route that follow it in the queue.
-    pub fn push_routed(&self, body: Vec<u8>, spans: usize, reserved_bytes: usize, route: u64) {
+    /// [`Exporter::push`] for a request of one `route` whose spans are of `traces`: it is
+    /// batched with requests of other routes only when they share no trace.
+    pub fn push_routed(
+        &self,
+        body: Vec<u8>,
+        spans: usize,
+        reserved_bytes: usize,
+        (route, traces): (u64, Vec<TraceId>),
+    ) {
         self.adjust_bytes(reserved_bytes, body.len());
         self.queue
             .lock()
@@ -170,6 +196,7 @@ impl Exporter {
                 body: Bytes::from(body),
                 spans,
                 route,
+                traces: traces.into(),
             });
         self.show();
         self.wake.notify_one();
@@ -210,20 +237,23 @@ impl Exporter {
         self.metrics.queued_bytes.set(self.queued_bytes() as i64);
     }
 
-    /// Takes the next batch: whole requests of one route, up to `batch_size` spans and
-    /// `batch_size_mib` bytes (at least one request).
+    /// Takes the next batch: whole requests, up to `batch_size` spans and `batch_size_mib`
+    /// bytes (at least one request), no trace in two routes.
     fn next_batch(&self) -> Option<Vec<Item>> {
         let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         let first = queue.pop_front()?;
-        let (mut spans, mut bytes, first_route) = (first.spans, first.body.len(), first.route);
+        let (mut spans, mut bytes) = (first.spans, first.body.len());
+        let mut routes = Routes::default();
+        routes.add(&first);
         let mut batch = vec![first];
         while let Some(next) = queue.front() {
             if spans + next.spans > self.config.batch_size
                 || bytes + next.body.len() > self.config.batch_bytes()
-                || next.route != first_route
+                || !routes.admits(next)
             {
                 break;
             }
+            routes.add(next);
             spans += next.spans;
             bytes += next.body.len();
             batch.push(queue.pop_front().expect("front was just seen"));
@@ -384,11 +414,13 @@ impl Exporter {
                 body: Bytes::from(a),
                 spans: spans_a,
                 route: item.route,
+                traces: item.traces.clone(),
             }],
             vec![Item {
                 body: Bytes::from(b),
                 spans: spans_b,
                 route: item.route,
+                traces: item.traces,
             }],
         ))
     }
@@ -521,22 +553,30 @@ mod tests {
     }
 
     #[test]
-    fn requests_of_different_routes_are_never_one_batch() {
+    fn requests_of_different_routes_share_a_batch_only_when_they_share_no_trace() {
         let config = crate::config::Config::parse("exporters: { otlp: { endpoint: http://h:9 } }")
             .expect("valid");
         let otlp = config.exporters.otlp.clone().expect("an exporter");
-        let exporter = Exporter::new(
-            otlp,
-            crate::metrics::Metrics::new(&config.metrics).export_metrics(),
-        );
-        for (body, route) in [(1, 7), (2, 7), (3, 8), (4, 7), (5, 0), (6, 0)] {
+        let metrics = crate::metrics::Metrics::new(&config.metrics).export_metrics();
+        let exporter = Exporter::new(otlp, metrics);
+        let t = |n: u8| [n; 16];
+        let queued: [(u8, u64, Vec<TraceId>); 6] = [
+            (1, 7, vec![t(1)]),
+            (2, 8, vec![t(2)]),
+            (3, 7, vec![t(2), t(3)]),
+            (4, 9, vec![t(3)]),
+            (5, 0, vec![]),
+            (6, 0, vec![]),
+        ];
+        for (body, route, traces) in queued {
             exporter.reserve(1, 1);
-            exporter.push_routed(vec![body], 1, 1, route);
+            exporter.push_routed(vec![body], 1, 1, (route, traces));
         }
         let mut batches = Vec::new();
         while let Some(batch) = exporter.next_batch() {
             batches.push(batch.iter().map(|i| i.body[0]).collect::<Vec<_>>());
         }
-        assert_eq!(batches, [vec![1, 2], vec![3], vec![4], vec![5, 6]]);
+        // 3 shares trace 2 with 2 under another route; 4 shares trace 3 with 3.
+        assert_eq!(batches, [vec![1, 2], vec![3], vec![4, 5, 6]]);
     }
 }

@@ -5,12 +5,16 @@
 //!
 //! One request per client matters because the Collector's load-balancing exporter, routing by
 //! an attribute, splits a request by trace and sends each trace whole to the replica of every
-//! key found in it: a trace that held two clients' spans would reach both replicas.
+//! key found in it: a trace that held two clients' spans would reach both replicas. Requests of
+//! different clients may still leave as one batch when no trace has spans in both
+//! ([`Routed::traces`]).
 //!
 //! Core: pure protocol code.
 
 use super::frame::{self, FrameError};
+use super::span::SpanView;
 use super::tags::{self, SpanTags, Tag};
+use super::wire;
 use foldhash::HashMap;
 
 /// The span attribute naming the client of a span's call.
@@ -35,8 +39,56 @@ pub struct Routed {
     pub body: Vec<u8>,
     /// How many spans it holds.
     pub spans: usize,
-    /// The same for the same stamp: requests of different routes are never sent as one.
+    /// The same for the same stamp.
     pub route: u64,
+    /// The traces its spans belong to (sorted, once each): it is sent as one with requests of
+    /// other routes only when they share none of them.
+    pub traces: Vec<TraceId>,
+}
+
+/// A trace id as a key: the span's 16 bytes (a malformed one: its first 16, zero-padded).
+pub type TraceId = [u8; 16];
+
+/// `bytes` as a [`TraceId`].
+pub fn trace_id(bytes: &[u8]) -> TraceId {
+    let mut id = [0; 16];
+    let n = bytes.len().min(16);
+    id[..n].copy_from_slice(&bytes[..n]);
+    id
+}
+
+/// The trace of each span of `body` that is not left out, in order (`left_out` as for
+/// [`frame::retag`]).
+fn traces_of(body: &[u8], left_out: &[u32]) -> Vec<TraceId> {
+    let mut left_out = left_out.iter().copied().peekable();
+    let mut out = Vec::new();
+    let mut seen = 0u32;
+    for resource_spans in wire::each(body, 1).map_while(Result::ok) {
+        for scope_spans in wire::each(resource_spans, 2).map_while(Result::ok) {
+            for span in wire::each(scope_spans, 2).map_while(Result::ok) {
+                let at = seen;
+                seen += 1;
+                if left_out.next_if_eq(&at).is_none() {
+                    let span = wire::SpanRef::parse(span);
+                    out.push(span.map_or([0; 16], |s| trace_id(s.trace_id())));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The sorted, distinct traces of the spans `of` says are of route `r`.
+fn traces_in(traces: &[TraceId], of: &[Option<usize>], r: usize) -> Vec<TraceId> {
+    let mut out: Vec<TraceId> = of
+        .iter()
+        .zip(traces)
+        .filter(|(of, _)| **of == Some(r))
+        .map(|(_, t)| *t)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The route of a stamp.
@@ -71,11 +123,18 @@ pub fn split(body: &[u8], left_out: &[u32], tags: &SpanTags) -> Result<Vec<Route
         spans_of[r] += 1;
         of_span.push(Some(r));
     }
+    let traces = traces_of(body, left_out);
     if stamps.len() <= 1 {
         let route = stamps.first().map_or(0, |s| route_of(s));
         let spans = spans_of.first().copied().unwrap_or(0);
+        let traces = traces_in(&traces, &of_span, 0);
         let body = frame::retag(body, left_out, tags)?;
-        return Ok(vec![Routed { body, spans, route }]);
+        return Ok(vec![Routed {
+            body,
+            spans,
+            route,
+            traces,
+        }]);
     }
     let mut out = Vec::with_capacity(stamps.len());
     for (r, stamp) in stamps.iter().enumerate() {
@@ -91,6 +150,7 @@ pub fn split(body: &[u8], left_out: &[u32], tags: &SpanTags) -> Result<Vec<Route
             body: frame::retag(body, left_out, &only)?,
             spans: spans_of[r],
             route: route_of(stamp),
+            traces: traces_in(&traces, &of_span, r),
         });
     }
     Ok(out)
@@ -207,6 +267,9 @@ mod tests {
             (split[0].route, split[1].route),
             (route_of(&a), route_of(&b))
         );
+        // Every span of the fixture is of trace 1…1: both requests are of it.
+        assert_eq!(split[0].traces, [[1; 16]]);
+        assert_eq!(split[1].traces, [[1; 16]]);
         let names = |r: &Routed| {
             clients(&r.body)
                 .into_iter()
@@ -228,5 +291,14 @@ mod tests {
         let split = split(&request(1), &[], &tags_of(&[None])).expect("split");
         assert_eq!(split.len(), 1);
         assert_eq!((split[0].spans, split[0].route), (0, 0));
+        assert!(split[0].traces.is_empty());
+    }
+
+    #[test]
+    fn a_trace_id_of_the_wrong_length_is_cut_or_padded_to_sixteen_bytes() {
+        assert_eq!(trace_id(&[7; 20]), [7; 16]);
+        let mut short = [0; 16];
+        short[..3].copy_from_slice(&[1, 2, 3]);
+        assert_eq!(trace_id(&[1, 2, 3]), short);
     }
 }

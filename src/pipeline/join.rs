@@ -1,8 +1,8 @@
 //! The first tier's forwarding (`tracker.role: join`, docs/operations.md "Running several"):
 //! every span leaves stamped with the client of its call — an attempt's own, a part of a call
-//! its call's, and a span of no call its resource's — one client per forwarded request, so
-//! that a second tier routed by `refusal_gate.client` brings each client's calls, both sides
-//! of them, to one replica.
+//! its call's, and a span of no call its resource's — one client per forwarded request (sent
+//! as one batch with others only when they share no trace), so that a second tier routed by
+//! `refusal_gate.client` brings each client's calls, both sides of them, to one replica.
 //!
 //! Thin: the stamps are written where tags would be (the pipeline's counting); this frames
 //! what leaves ([`crate::otlp::route`]).
@@ -15,6 +15,7 @@ use crate::otlp::frame;
 use crate::otlp::route::{self, Routed};
 use crate::otlp::tags::SpanTags;
 use crate::otlp::wire;
+use crate::otlp::SpanView;
 
 impl Pipeline {
     /// Queues a request's `forwarded` spans (their room reserved for its `body`'s size), one
@@ -34,9 +35,11 @@ impl Pipeline {
                     body: out,
                     spans,
                     route,
+                    traces,
                 } in requests
                 {
-                    exporter.push_routed(out, spans, std::mem::take(&mut reserved), route);
+                    let reserved = std::mem::take(&mut reserved);
+                    exporter.push_routed(out, spans, reserved, (route, traces));
                 }
             }
             Err(e) => {
@@ -50,7 +53,7 @@ impl Pipeline {
     /// Queues withheld spans leaving together, one request per client; a span without a
     /// stamp (it left before its call was counted) takes its resource's.
     pub(super) fn forward_parcels_stamped(&self, exporter: &Exporter, parcels: &[Parcel]) {
-        let mut groups: Vec<(Vec<u8>, Vec<u8>, usize)> = Vec::new();
+        let mut groups: Vec<(Vec<u8>, Vec<u8>, Vec<route::TraceId>)> = Vec::new();
         for p in parcels {
             let stamp = match p.tags.is_empty() {
                 true => resource_stamp(&p.envelope.resource, self.max_attributes),
@@ -59,16 +62,20 @@ impl Pipeline {
             let at = match groups.iter().position(|(s, _, _)| *s == stamp) {
                 Some(at) => at,
                 None => {
-                    groups.push((stamp, Vec::new(), 0));
+                    groups.push((stamp, Vec::new(), Vec::new()));
                     groups.len() - 1
                 }
             };
-            let (stamp, out, spans) = &mut groups[at];
+            let (stamp, out, traces) = &mut groups[at];
             frame::enclose(out, &p.envelope, &p.span, stamp);
-            *spans += 1;
+            let span = wire::SpanRef::parse(&p.span);
+            traces.push(span.map_or([0; 16], |s| route::trace_id(s.trace_id())));
         }
-        for (stamp, out, spans) in groups {
-            exporter.push_routed(out, spans, 0, route::route_of(&stamp));
+        for (stamp, out, mut traces) in groups {
+            let spans = traces.len();
+            traces.sort_unstable();
+            traces.dedup();
+            exporter.push_routed(out, spans, 0, (route::route_of(&stamp), traces));
         }
     }
 }
