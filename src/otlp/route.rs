@@ -162,10 +162,11 @@ mod tests {
     use crate::otlp::fixtures::{s, span};
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::resource::v1::Resource;
-    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
     use prost::Message;
 
-    /// A request of `n` spans, the first half in one resource and the rest in another.
+    /// A request of `n` spans, the first half in one resource and the rest in another; span
+    /// `k` is named `sk`, of trace `k + 1` (16 bytes of it).
     fn request(n: usize) -> Vec<u8> {
         let resource = |name: &str, spans: Vec<_>| ResourceSpans {
             resource: Some(Resource {
@@ -178,7 +179,12 @@ mod tests {
             }],
             ..Default::default()
         };
-        let spans: Vec<_> = (0..n).map(|k| span(&format!("s{k}"), vec![])).collect();
+        let spans: Vec<_> = (0..n)
+            .map(|k| Span {
+                trace_id: vec![k as u8 + 1; 16],
+                ..span(&format!("s{k}"), vec![])
+            })
+            .collect();
         let (first, rest) = spans.split_at(n / 2);
         ExportTraceServiceRequest {
             resource_spans: vec![
@@ -252,6 +258,7 @@ mod tests {
             frame::retag(&body, &[], &tags).expect("retag")
         );
         assert_eq!(split[0].route, route_of(&one));
+        assert_eq!(split[0].traces, [[1; 16], [2; 16], [3; 16]]);
         assert_ne!(route_of(&one), route_of(&stamped("agent", Some("pod-1"))));
     }
 
@@ -267,9 +274,9 @@ mod tests {
             (split[0].route, split[1].route),
             (route_of(&a), route_of(&b))
         );
-        // Every span of the fixture is of trace 1…1: both requests are of it.
-        assert_eq!(split[0].traces, [[1; 16]]);
-        assert_eq!(split[1].traces, [[1; 16]]);
+        // The traces of their own spans: the one left out was of trace 3.
+        assert_eq!(split[0].traces, [[1; 16], [4; 16]]);
+        assert_eq!(split[1].traces, [[2; 16], [5; 16]]);
         let names = |r: &Routed| {
             clients(&r.body)
                 .into_iter()

@@ -39,6 +39,11 @@ impl Pipeline {
                 } in requests
                 {
                     let reserved = std::mem::take(&mut reserved);
+                    if spans == 0 {
+                        // Every span of it withheld, or left out: nothing to send now.
+                        exporter.release(0, reserved);
+                        continue;
+                    }
                     exporter.push_routed(out, spans, reserved, (route, traces));
                 }
             }

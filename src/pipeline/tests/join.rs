@@ -122,3 +122,61 @@ fn a_joiner_stamps_each_span_with_its_calls_client_one_client_a_request_and_coun
         "a joiner counts nothing: {text}"
     );
 }
+
+#[test]
+fn withheld_spans_of_two_clients_leaving_together_leave_each_with_its_own_clients_stamp() {
+    let p = joiner();
+    let send = |service: &str, spans: Vec<Span>, now: Nanos| {
+        p.handle(
+            Transport::Grpc,
+            &body(service, spans),
+            Encoding::Protobuf,
+            now,
+        )
+        .expect("accepted");
+    };
+    let call = |id: u8| {
+        let mut s = span(
+            3,
+            id,
+            0,
+            &[
+                ("http.request.method", "POST"),
+                ("url.full", "http://mcp.test:8080/mcp"),
+            ],
+        );
+        s.attributes.push(i("http.response.status_code", 200));
+        s
+    };
+    // Two agents' calls, each withheld for its server's side, which comes in one export.
+    send("agent-a", vec![call(1)], 1);
+    send("agent-b", vec![call(11)], 1);
+    assert_eq!(
+        requests(&p),
+        Vec::<Vec<_>>::new(),
+        "both wait for the server"
+    );
+    let halves = vec![
+        asgi(2, 1, "/mcp", "200"),
+        mcp(3, 2, "tools/list"),
+        asgi(12, 11, "/mcp", "200"),
+        mcp(13, 12, "tools/list"),
+    ];
+    send("weather-mcp", halves, 2);
+    let mut out: Vec<Vec<(u8, String, bool)>> = requests(&p);
+    for request in &mut out {
+        request.sort();
+    }
+    out.sort();
+    let a = |id: u8| (id, "agent-a@".to_owned(), false);
+    let b = |id: u8| (id, "agent-b@".to_owned(), false);
+    assert_eq!(
+        out,
+        [
+            vec![a(1)],
+            vec![a(2), a(3)],
+            vec![b(11)],
+            vec![b(12), b(13)]
+        ]
+    );
+}
