@@ -12,6 +12,8 @@
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
 //!         [--split CALLS] [--server-view 1] [--connections N]
 //!
+//! `--help` says what each option means and its default.
+//!
 //! Over gRPC the senders share `--connections` HTTP/2 connections (1 by default), taking them
 //! in turn: many streams over few connections, as a Collector that fans many clients in
 //! sends (OTLP/HTTP takes one HTTP/1 connection a sender).
@@ -42,70 +44,72 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[derive(Clone)]
+/// A load generator for refusal-gate (or any OTLP receiver): the realistic agent workload,
+/// pre-encoded once, sent over OTLP/gRPC or OTLP/HTTP by concurrent senders, as fast as
+/// possible or at a fixed rate; prints spans/s and export latency percentiles.
+#[derive(Clone, clap::Parser)]
+#[command(name = "loadgen", version)]
 struct Options {
+    /// `grpc` or `http` (OTLP/HTTP protobuf).
+    #[arg(long, default_value = "grpc", value_parser = ["grpc", "http"])]
     protocol: String,
+    /// Where to send: the OTLP/gRPC receiver, or the OTLP/HTTP base URL [default:
+    /// http://127.0.0.1:4317, or :4318 for http].
+    #[arg(long, default_value = "", hide_default_value = true)]
     endpoint: String,
+    /// How long to send, in seconds.
+    #[arg(long, default_value_t = 10.0)]
     duration: f64,
+    /// Concurrent senders (no more than there are clients: a client's requests come from one).
+    #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    /// Spans a request.
+    #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Client instances in the fleet.
+    #[arg(long, default_value_t = 100)]
     clients: usize,
+    /// Distinct requests pre-encoded and sent in turn [default: 512, or one a client when the
+    /// fleet is larger].
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     requests: usize,
+    /// Spans a second in all; 0 sends as fast as possible.
+    #[arg(long, default_value_t = 0.0)]
     rate: f64,
-    fresh_clients: bool,
-    trees: bool,
+    /// 1: every request from a client instance never seen before (a churning fleet).
+    #[arg(long, default_value_t = 0)]
+    fresh_clients: u8,
+    /// `flat` (one span a call) or `tree` (a call as real agent stacks describe it).
+    #[arg(long, default_value = "flat", value_parser = ["flat", "tree"])]
+    workload: String,
+    /// Calls of a tree request split over two of a client's requests (at most half; 0: none).
+    #[arg(long, default_value_t = workload::SPLIT)]
     split: usize,
-    server_view: bool,
+    /// 1: also send the MCP server's side of the tree workload's MCP calls.
+    #[arg(long, default_value_t = 0)]
+    server_view: u8,
+    /// HTTP/2 connections the gRPC senders share (at least 1).
+    #[arg(long, default_value_t = 1)]
     connections: usize,
 }
 
-fn options() -> Options {
-    let mut o = Options {
-        protocol: "grpc".into(),
-        endpoint: String::new(),
-        duration: 10.0,
-        concurrency: 8,
-        batch: 100,
-        clients: 100,
-        requests: 0,
-        rate: 0.0,
-        fresh_clients: false,
-        trees: false,
-        split: workload::SPLIT,
-        server_view: false,
-        connections: 1,
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    for pair in args.chunks(2) {
-        let value = pair.get(1).cloned().unwrap_or_default();
-        let number = || {
-            value
-                .parse::<f64>()
-                .unwrap_or_else(|_| panic!("{} needs a number", pair[0]))
-        };
-        match pair[0].as_str() {
-            "--protocol" => o.protocol = value.clone(),
-            "--endpoint" => o.endpoint = value.clone(),
-            "--duration" => o.duration = number(),
-            "--concurrency" => o.concurrency = number() as usize,
-            "--batch" => o.batch = number() as usize,
-            "--clients" => o.clients = number() as usize,
-            "--requests" => o.requests = number() as usize,
-            "--rate" => o.rate = number(),
-            "--fresh-clients" => o.fresh_clients = number() != 0.0,
-            "--split" => o.split = number() as usize,
-            "--server-view" => o.server_view = number() != 0.0,
-            "--connections" => o.connections = (number() as usize).max(1),
-            "--workload" => {
-                o.trees = match value.as_str() {
-                    "tree" => true,
-                    "flat" => false,
-                    other => panic!("--workload is flat or tree, not {other}"),
-                }
-            }
-            other => panic!("unknown option {other}"),
-        }
+impl Options {
+    fn trees(&self) -> bool {
+        self.workload == "tree"
     }
+
+    fn fresh_clients(&self) -> bool {
+        self.fresh_clients != 0
+    }
+
+    fn server_view(&self) -> bool {
+        self.server_view != 0
+    }
+}
+
+fn options() -> Options {
+    let mut o = <Options as clap::Parser>::parse();
+    o.connections = o.connections.max(1);
     if o.requests == 0 {
         o.requests = o.clients.max(512);
     }
@@ -158,14 +162,14 @@ fn main() {
 }
 
 async fn run(o: Options) {
-    let bodies: Arc<Vec<workload::Encoded>> = Arc::new(if o.trees {
+    let bodies: Arc<Vec<workload::Encoded>> = Arc::new(if o.trees() {
         Vec::new()
     } else {
         (0..o.requests)
             .map(|n| workload::Encoded::new(n, o.clients, o.batch))
             .collect()
     });
-    let trees: Arc<Vec<workload::Trees>> = Arc::new(if o.trees {
+    let trees: Arc<Vec<workload::Trees>> = Arc::new(if o.trees() {
         (0..o.requests)
             .map(|n| workload::Trees::with_split(n, o.clients, o.batch, o.split))
             .collect()
@@ -186,7 +190,7 @@ async fn run(o: Options) {
     let latencies = Arc::new(Mutex::new(Vec::<u32>::with_capacity(1 << 20)));
     // A client's requests are one sender's (see below), so with fewer clients than senders
     // some senders have nothing to send.
-    let senders = if o.fresh_clients {
+    let senders = if o.fresh_clients() {
         o.concurrency
     } else {
         o.concurrency.min(o.clients.max(1))
@@ -212,13 +216,13 @@ async fn run(o: Options) {
             Arc::clone(&latencies),
         );
         // A tree request holds whole calls of three spans.
-        let batch = if o.trees {
+        let batch = if o.trees() {
             (o.batch / 3 * 3) as u64
         } else {
             o.batch as u64
         };
-        let fresh_clients = o.fresh_clients;
-        let server_view = o.server_view;
+        let fresh_clients = o.fresh_clients();
+        let server_view = o.server_view();
         let span_ns = (o.requests * o.batch) as u64 * 1_000_000;
         // The requests this sender sends, in order. An SDK exports one batch at a time
         // (the OpenTelemetry specification forbids concurrent calls to one exporter), so a

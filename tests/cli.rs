@@ -378,3 +378,36 @@ fn sighup_reloads_the_interfaces() {
     assert_eq!(loaded, 2.0, "the document was loaded again on SIGHUP");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_load_generator_says_its_options_and_refuses_one_it_does_not_have() {
+    // `cargo test` builds the examples beside the test binaries: target/<profile>/examples.
+    let exe = std::env::current_exe().expect("the test binary");
+    let loadgen = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>")
+        .join("examples/loadgen");
+    let help = Command::new(&loadgen)
+        .arg("--help")
+        .output()
+        .expect("loadgen runs");
+    assert!(help.status.success());
+    let text = String::from_utf8_lossy(&help.stdout);
+    for option in [
+        "--protocol",
+        "--clients",
+        "--workload",
+        "--server-view",
+        "--connections",
+    ] {
+        assert!(text.contains(option), "{option} in\n{text}");
+    }
+    assert!(text.contains("[default: 100]"), "each default said: {text}");
+    let bad = Command::new(&loadgen)
+        .args(["--bogus", "1"])
+        .output()
+        .expect("loadgen runs");
+    assert_eq!(bad.status.code(), Some(2), "a usage error, not a panic");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unexpected argument '--bogus'"));
+}
