@@ -142,6 +142,26 @@ service:
     Collector::start_on(binary, &dir, &config, ports).await
 }
 
+/// The second tier's routing: by the client the joiners stamp. No batch processor before
+/// this exporter: a joiner's request holds one client.
+const BY_CLIENT: &str = "routing_key: attributes\n    routing_attributes: [refusal_gate.client]";
+
+/// The first tier: two joiners forwarding to the second tier's Collector on `second` (its
+/// OTLP/gRPC port), and a Collector routing by trace id to them.
+async fn first_tier(binary: &Path, dir: &Path, second: u16) -> (Vec<Replica>, Collector) {
+    let forward = format!(
+        "exporters:\n  otlp: {{ endpoint: http://127.0.0.1:{second}, batch_interval: 50ms }}\n"
+    );
+    let mut joiners = Vec::new();
+    for j in 0..2 {
+        joiners.push(replica(dir, &format!("joiner-{j}"), "  role: join\n", &forward).await);
+    }
+    let joining: Vec<&Replica> = joiners.iter().collect();
+    let by_trace = ("batch", "routing_key: traceID");
+    let first = collector(binary, dir, "tier1", by_trace, &joining).await;
+    (joiners, first)
+}
+
 /// A span of trace `trace` with id `id` (parent `parent`, 0: none), of `kind`, starting `at`
 /// × 100 ms after [`t0`].
 fn span(trace: [u8; 3], (id, parent): (u64, u64), kind: i32, at: u64) -> Span {
@@ -465,26 +485,10 @@ async fn two_tiers_of_replicas_count_as_one_and_each_single_routing_loses_what_i
     // Two tiers: by trace id to the joiners, by the client they stamp to the counters.
     let counters = replicas(&dir, "tier2", REPLICAS, "").await;
     let counting: Vec<&Replica> = counters.iter().collect();
-    let by_client = "routing_key: attributes\n    routing_attributes: [refusal_gate.client]";
-    // No batch processor before this exporter: a joiner's request holds one client.
-    let second = collector(&binary, &dir, "tier2", ("", by_client), &counting).await;
-    let forward = format!(
-        "exporters:\n  otlp: {{ endpoint: http://127.0.0.1:{}, batch_interval: 50ms }}\n",
-        second.grpc
-    );
-    let mut joiners = Vec::new();
-    for j in 0..2 {
-        joiners.push(replica(&dir, &format!("joiner-{j}"), "  role: join\n", &forward).await);
-    }
+    let ports = (common::free_port(), common::free_port());
+    let second = collector_on(&binary, &dir, "tier2", ("", BY_CLIENT), &counting, ports).await;
+    let (joiners, first) = first_tier(&binary, &dir, ports.0).await;
     let joining: Vec<&Replica> = joiners.iter().collect();
-    let first = collector(
-        &binary,
-        &dir,
-        "tier1",
-        ("batch", "routing_key: traceID"),
-        &joining,
-    )
-    .await;
     play(&fleet, first.http).await;
     forwarded_by(&joining, spans).await;
     let two_tiers = settled(&counting, spans).await;
@@ -636,27 +640,10 @@ async fn a_replica_killed_loses_nothing_and_one_added_costs_its_clients_one_retr
     std::fs::create_dir_all(&dir).expect("a temp dir");
     let kept = "  state_file: {name}.state\n  state_interval: 1s\n";
     let mut counters = replicas(&dir, "count", REPLICAS + 1, kept).await;
-    let by_client = "routing_key: attributes\n    routing_attributes: [refusal_gate.client]";
     let ports = (common::free_port(), common::free_port());
     let on_three: Vec<&Replica> = counters.iter().take(REPLICAS).collect();
-    let second = collector_on(&binary, &dir, "tier2", ("", by_client), &on_three, ports).await;
-    let forward = format!(
-        "exporters:\n  otlp: {{ endpoint: http://127.0.0.1:{}, batch_interval: 50ms }}\n",
-        ports.0
-    );
-    let mut joiners = Vec::new();
-    for j in 0..2 {
-        joiners.push(replica(&dir, &format!("joiner-{j}"), "  role: join\n", &forward).await);
-    }
-    let joining: Vec<&Replica> = joiners.iter().collect();
-    let first = collector(
-        &binary,
-        &dir,
-        "tier1",
-        ("batch", "routing_key: traceID"),
-        &joining,
-    )
-    .await;
+    let second = collector_on(&binary, &dir, "tier2", ("", BY_CLIENT), &on_three, ports).await;
+    let (joiners, first) = first_tier(&binary, &dir, ports.0).await;
 
     // Every client refused once; the state written (every second) since.
     play(&refused_again(0), first.http).await;
@@ -693,7 +680,7 @@ async fn a_replica_killed_loses_nothing_and_one_added_costs_its_clients_one_retr
     // A fourth replica added to the ring (the second tier's Collector restarted with it).
     drop(second);
     let on_four: Vec<&Replica> = counters.iter().collect();
-    let second = collector_on(&binary, &dir, "tier2", ("", by_client), &on_four, ports).await;
+    let second = collector_on(&binary, &dir, "tier2", ("", BY_CLIENT), &on_four, ports).await;
     play(&refused_again(2), first.http).await;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let four: Vec<&Replica> = counters.iter().collect();

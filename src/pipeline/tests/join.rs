@@ -12,6 +12,33 @@ fn joiner() -> Pipeline {
     forwarding(weather_observed_by("weather-mcp").with_role(crate::config::Role::Join))
 }
 
+/// `spans` exported by `service` at `now`.
+fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {
+    p.handle(
+        Transport::Grpc,
+        &body(service, spans),
+        Encoding::Protobuf,
+        now,
+    )
+    .expect("accepted");
+}
+
+/// An agent's HTTP request `id` (under its span `parent`, 0: none) to the observed interface,
+/// answered 200.
+fn call(id: u8, parent: u8) -> Span {
+    let mut call = span(
+        3,
+        id,
+        parent,
+        &[
+            ("http.request.method", "POST"),
+            ("url.full", "http://mcp.test:8080/mcp"),
+        ],
+    );
+    call.attributes.push(i("http.response.status_code", 200));
+    call
+}
+
 /// Each request forwarded since the last call: each span's id, with its stamp (client and
 /// instance) and whether any other `refusal_gate.*` tag came with it.
 fn requests(p: &Pipeline) -> Vec<Vec<(u8, String, bool)>> {
@@ -50,26 +77,9 @@ fn requests(p: &Pipeline) -> Vec<Vec<(u8, String, bool)>> {
 #[test]
 fn a_joiner_stamps_each_span_with_its_calls_client_one_client_a_request_and_counts_nothing() {
     let p = joiner();
-    let send = |service: &str, spans: Vec<Span>, now: Nanos| {
-        p.handle(
-            Transport::Grpc,
-            &body(service, spans),
-            Encoding::Protobuf,
-            now,
-        )
-        .expect("accepted");
-    };
+    let send = |service: &str, spans: Vec<Span>, now: Nanos| send(&p, service, spans, now);
     // The agent's call (1, under its own span 9) to the observed interface.
-    let mut call = span(
-        3,
-        1,
-        9,
-        &[
-            ("http.request.method", "POST"),
-            ("url.full", "http://mcp.test:8080/mcp"),
-        ],
-    );
-    call.attributes.push(i("http.response.status_code", 200));
+    let call = call(1, 9);
     let agent = span(1, 9, 0, &[("gen_ai.operation.name", "invoke_agent")]);
     send("my-agent", vec![call, agent], 1);
     let first = requests(&p);
@@ -126,31 +136,10 @@ fn a_joiner_stamps_each_span_with_its_calls_client_one_client_a_request_and_coun
 #[test]
 fn withheld_spans_of_two_clients_leaving_together_leave_each_with_its_own_clients_stamp() {
     let p = joiner();
-    let send = |service: &str, spans: Vec<Span>, now: Nanos| {
-        p.handle(
-            Transport::Grpc,
-            &body(service, spans),
-            Encoding::Protobuf,
-            now,
-        )
-        .expect("accepted");
-    };
-    let call = |id: u8| {
-        let mut s = span(
-            3,
-            id,
-            0,
-            &[
-                ("http.request.method", "POST"),
-                ("url.full", "http://mcp.test:8080/mcp"),
-            ],
-        );
-        s.attributes.push(i("http.response.status_code", 200));
-        s
-    };
+    let send = |service: &str, spans: Vec<Span>, now: Nanos| send(&p, service, spans, now);
     // Two agents' calls, each withheld for its server's side, which comes in one export.
-    send("agent-a", vec![call(1)], 1);
-    send("agent-b", vec![call(11)], 1);
+    send("agent-a", vec![call(1, 0)], 1);
+    send("agent-b", vec![call(11, 0)], 1);
     assert_eq!(
         requests(&p),
         Vec::<Vec<_>>::new(),
