@@ -546,7 +546,8 @@ mod server_view {
         weather_observed_by("weather-mcp")
     }
 
-    fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {
+    /// `spans` exported by `service` at `now`.
+    pub(super) fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {
         p.handle(
             Transport::Grpc,
             &body(service, spans),

@@ -3,24 +3,13 @@
 //! client its server names, a span of no call with its resource's — one client per request,
 //! without verdict tags, and nothing is counted.
 
-use super::server_view::{asgi, body, mcp, span};
+use super::server_view::{asgi, body, mcp, send, span};
 use super::*;
 use crate::otlp::fixtures::i;
 
 /// An observed `weather` interface's replica in the first tier, forwarding.
 fn joiner() -> Pipeline {
     forwarding(weather_observed_by("weather-mcp").with_role(crate::config::Role::Join))
-}
-
-/// `spans` exported by `service` at `now`.
-fn send(p: &Pipeline, service: &str, spans: Vec<Span>, now: Nanos) {
-    p.handle(
-        Transport::Grpc,
-        &body(service, spans),
-        Encoding::Protobuf,
-        now,
-    )
-    .expect("accepted");
 }
 
 /// An agent's HTTP request `id` (under its span `parent`, 0: none) to the observed interface,
