@@ -3,7 +3,7 @@
 //! client its server names, a span of no call with its resource's — one client per request,
 //! without verdict tags, and nothing is counted.
 
-use super::server_view::{asgi, body, mcp, send, span};
+use super::server_view::{asgi, mcp, send, span};
 use super::*;
 use crate::otlp::fixtures::i;
 
