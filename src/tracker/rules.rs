@@ -46,16 +46,25 @@ impl Lists {
     /// a successful MCP request (`in_session`), or none of them; the latest
     /// [`REFUSALS_KEPT`] refusals kept, and the latest [`RECENT_KEPT`] reads and sessions
     /// (a retry is judged by those just before it).
-    pub(super) fn note(&mut self, (read, refusal, in_session): (bool, bool, bool), end: Nanos) {
+    ///
+    /// Full, the refusals give up the one that answers no probe question the others do not
+    /// answer when there is one ([`insert_bounded`] with `probe_window`), so that a burst of
+    /// refusals judged late — calls waiting for their server's half — still shows its first.
+    pub(super) fn note(
+        &mut self,
+        (read, refusal, in_session): (bool, bool, bool),
+        end: Nanos,
+        probe_window: Nanos,
+    ) {
         if read {
             self.first_read = Some(self.first_read.map_or(end, |f| f.min(end)));
-            insert_bounded(&mut self.reads, end, RECENT_KEPT);
+            insert_bounded(&mut self.reads, end, RECENT_KEPT, None);
         }
         if refusal {
-            insert_bounded(&mut self.refusals, end, REFUSALS_KEPT);
+            insert_bounded(&mut self.refusals, end, REFUSALS_KEPT, Some(probe_window));
         }
         if in_session {
-            insert_bounded(&mut self.sessions, end, RECENT_KEPT);
+            insert_bounded(&mut self.sessions, end, RECENT_KEPT, None);
         }
     }
 
@@ -255,16 +264,29 @@ fn between(v: &[Nanos], after: Nanos, by: Nanos) -> bool {
     v.get(from).is_some_and(|x| *x <= by)
 }
 
-/// Inserts `value` into a sorted vector, dropping the smallest beyond `cap`.
-fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize) {
+/// Inserts `value` into a sorted vector of at most `cap` values. Full, it drops the smallest —
+/// or, with a `window`, the second smallest when the smallest three lie within it: a probe
+/// question ("a refusal that ended within `window` before this start?") that the second
+/// answers, the first or the third answers too, so the list keeps the first of a burst and
+/// answers every question the latest `cap` would.
+fn insert_bounded(v: &mut Vec<Nanos>, value: Nanos, cap: usize, window: Option<Nanos>) {
     let at = v.partition_point(|x| *x <= value);
     if v.len() == cap && cap > 0 {
-        // Full, as a group's lists soon are: the smallest leaves as it comes in, the values
-        // below its place moving down one — not the whole list shifted up and back (two
-        // `memmove`s an attempt: 1.3 % of the server's time, perf).
-        if at > 0 {
-            v.copy_within(1..at, 0);
+        // Full, as a group's lists soon are: one value leaves as this one comes in, the
+        // values between the two moving one place — not the whole list shifted up and back
+        // (two `memmove`s an attempt: 1.3 % of the server's time, perf).
+        let with = |i: usize| match i.cmp(&at) {
+            std::cmp::Ordering::Less => v[i],
+            std::cmp::Ordering::Equal => value,
+            std::cmp::Ordering::Greater => v[i - 1],
+        };
+        let thin = window.is_some_and(|w| cap >= 3 && with(2).saturating_sub(with(0)) <= w);
+        let drop = usize::from(thin);
+        if at > drop {
+            v.copy_within(drop + 1..at, drop);
             v[at - 1] = value;
+        } else if at < drop {
+            v[at] = value;
         }
         return;
     }
@@ -288,12 +310,13 @@ mod tests {
                 plain.insert(at, value);
                 plain.remove(0);
                 let mut v = full.clone();
-                insert_bounded(&mut v, value, cap);
+                insert_bounded(&mut v, value, cap, None);
                 assert_eq!(v, plain, "{value} into {full:?}");
             }
         }
         let mut none = Vec::new();
-        insert_bounded(&mut none, 3, 0);
+        insert_bounded(&mut none, 3, 0, None);
+        insert_bounded(&mut none, 3, 0, Some(10));
         assert!(none.is_empty(), "a list of no room keeps nothing");
     }
 
@@ -301,8 +324,53 @@ mod tests {
     fn a_bounded_list_keeps_the_largest_values_up_to_its_cap_sorted() {
         let mut v = Vec::new();
         for x in [5, 1, 4, 2, 3, 4] {
-            insert_bounded(&mut v, x, 3);
+            insert_bounded(&mut v, x, 3, None);
         }
         assert_eq!(v, [4, 4, 5], "the latest refusals kept, as many as the cap");
+    }
+
+    /// Whether a sorted list holds a value within `window` before `start`: a probe's question.
+    fn answers(v: &[u64], start: u64, window: u64) -> bool {
+        v.iter().any(|r| *r <= start && start.saturating_sub(window) <= *r)
+    }
+
+    #[test]
+    fn a_thinned_list_answers_every_probe_question_the_latest_would_and_keeps_a_bursts_first() {
+        // Every order of inserting a few refusal ends, small caps and windows: whatever the
+        // latest `cap` answer, the thinned list answers; and it answers nothing the whole
+        // history would not.
+        let ends = [3u64, 4, 5, 9, 10, 20, 21, 22, 40];
+        for window in [0u64, 1, 2, 5, 15, 100] {
+            for cap in 1..6 {
+                for rotate in 0..ends.len() {
+                    for reverse in [false, true] {
+                        let mut order = ends.to_vec();
+                        order.rotate_left(rotate);
+                        if reverse {
+                            order.reverse();
+                        }
+                        let (mut thin, mut latest, mut all) = (Vec::new(), Vec::new(), Vec::new());
+                        for (n, e) in order.iter().enumerate() {
+                            insert_bounded(&mut thin, *e, cap, Some(window));
+                            insert_bounded(&mut latest, *e, cap, None);
+                            insert_bounded(&mut all, *e, usize::MAX, None);
+                            assert!(thin.len() <= cap && thin.is_sorted(), "{thin:?}");
+                            for start in 0..50 {
+                                let (t, l) = (answers(&thin, start, window), answers(&latest, start, window));
+                                assert!(t || !l, "{order:?}[..={n}] cap {cap} window {window} start {start}: {thin:?} against {latest:?}");
+                                assert!(!t || answers(&all, start, window), "{thin:?} invents one");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // A prober's burst of 44 refusals, noted at once: the first stays beside the latest.
+        let mut v = Vec::new();
+        for end in (0..44u64).rev() {
+            insert_bounded(&mut v, 10 + end, 32, Some(1_000));
+        }
+        assert_eq!(v.len(), 32);
+        assert_eq!((v[0], v[1], v[31]), (10, 23, 53), "{v:?}");
     }
 }
