@@ -545,9 +545,12 @@ async fn compliant_sdks_doing_what_the_mcp_specification_asks_are_no_violators()
         ("fastmcp-unknown", f, "interface_not_declared", 3.0),
         // The MCP Python SDK's server records it as a bare `tool_error`: a failed tool.
         ("mcp-unknown-wordless", s, "ambiguous", 3.0),
-        // The TypeScript SDK is traced at HTTP only: its `initialize` is a POST, no read.
+        // The TypeScript SDK is traced at HTTP only: its `initialize` is a POST, a read only
+        // where the server's own span of it says it was `initialize` (the MCP SDK's server,
+        // behind the ASGI instrumentation: an HTTP client span takes its server's protocol
+        // call, the note of issue 65); FastMCP's server spans are no child of the POST.
         ("ts-stream", f, "unverified_refusal", 3.0),
-        ("ts-delete", s, "unverified_refusal", 6.0),
+        ("ts-delete", s, "protocol_not_supported", 6.0),
     ];
     // The servers export every 100 ms: once their last spans are in, every call is whole. (A
     // read of /metrics settles what is pending, so none is made before.)

@@ -232,6 +232,30 @@ pub fn with_server<'a>(client: &Attempt<'a>, server: &Attempt<'a>) -> Attempt<'a
     }
 }
 
+/// An HTTP client attempt whose server's span of the call is a protocol span (mcp, a2a,
+/// jsonrpc): an SDK whose HTTP client alone is instrumented (the MCP Go SDK on `otelhttp`, the
+/// MCP Java SDK under the Java agent). It is [`with_server`], of the server span's family and
+/// operation, as a transport request is of its call's (§11.1): the request's own server, path
+/// and status, and a path its interface declares `no` (`undeclared`) following the operation.
+pub fn with_protocol_server<'a>(
+    client: &Attempt<'a>,
+    server: &Attempt<'a>,
+    undeclared: bool,
+) -> Attempt<'a> {
+    let via = match (undeclared, client.path) {
+        (true, Some(path)) => path,
+        _ => "",
+    };
+    Attempt {
+        family: server.family,
+        operation: Operation {
+            via,
+            ..server.operation
+        },
+        ..with_server(client, server)
+    }
+}
+
 /// How one span of a call is joined to the others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Joined {
@@ -302,7 +326,7 @@ pub fn assemble<'a>(
         }
     }
     let attached = server_attempts(members, joined, (&below, &order), &mut out);
-    attach(members, attached, &mut out);
+    attach(members, attached, undeclared, &mut out);
     out
 }
 
@@ -371,8 +395,14 @@ fn server_attempts<'a>(
     attached
 }
 
-/// Gives each client attempt the facts of the server spans attached to it.
-fn attach<'a>(members: &[Member<'a>], mut attached: Vec<(usize, usize)>, out: &mut Calls<'a>) {
+/// Gives each client attempt the facts of the server spans attached to it; an HTTP client
+/// attempt takes a protocol server span's call ([`with_protocol_server`]).
+fn attach<'a>(
+    members: &[Member<'a>],
+    mut attached: Vec<(usize, usize)>,
+    undeclared: impl Fn(&Attempt<'_>) -> bool,
+    out: &mut Calls<'a>,
+) {
     // Server spans attached to a client attempt, carried ones (the protocol's) first: they
     // say more of the call than the HTTP spans carrying them.
     attached.sort_by_key(|&(a, s)| (a, members[s].attempt.family == Family::Http, s));
@@ -385,7 +415,12 @@ fn attach<'a>(members: &[Member<'a>], mut attached: Vec<(usize, usize)>, out: &m
         if found.attempt.origin.is_none() && found.interface.is_none() {
             found.interface = Some(interface);
         }
-        found.attempt = with_server(&found.attempt, &members[s].attempt);
+        let server = &members[s].attempt;
+        found.attempt = if found.attempt.family == Family::Http && is_protocol(server.family) {
+            with_protocol_server(&found.attempt, server, undeclared(&found.attempt))
+        } else {
+            with_server(&found.attempt, server)
+        };
     }
 }
 

@@ -335,7 +335,8 @@ impl Group {
         make_room(key, p);
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         let in_session = obs.asked.in_session;
-        self.lists.note((read, refusal, in_session), end, p.probe_window);
+        self.lists
+            .note((read, refusal, in_session), end, p.probe_window);
         self.lists.streams |= obs.asked.sessionless;
         // A session shown late matters only to a group's streams (DESIGN §12.4): others are
         // not re-judged for it.

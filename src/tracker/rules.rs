@@ -331,7 +331,8 @@ mod tests {
 
     /// Whether a sorted list holds a value within `window` before `start`: a probe's question.
     fn answers(v: &[u64], start: u64, window: u64) -> bool {
-        v.iter().any(|r| *r <= start && start.saturating_sub(window) <= *r)
+        v.iter()
+            .any(|r| *r <= start && start.saturating_sub(window) <= *r)
     }
 
     #[test]
@@ -356,7 +357,10 @@ mod tests {
                             insert_bounded(&mut all, *e, usize::MAX, None);
                             assert!(thin.len() <= cap && thin.is_sorted(), "{thin:?}");
                             for start in 0..50 {
-                                let (t, l) = (answers(&thin, start, window), answers(&latest, start, window));
+                                let (t, l) = (
+                                    answers(&thin, start, window),
+                                    answers(&latest, start, window),
+                                );
                                 assert!(t || !l, "{order:?}[..={n}] cap {cap} window {window} start {start}: {thin:?} against {latest:?}");
                                 assert!(!t || answers(&all, start, window), "{thin:?} invents one");
                             }

@@ -238,6 +238,21 @@ pub fn agent_node_modules() -> Option<std::path::PathBuf> {
     modules
 }
 
+/// A program of another language's agent stack that the README's test command builds and
+/// names in the environment variable `var` (`REFUSAL_GATE_AGENT_GO`, `REFUSAL_GATE_AGENT_JAVA`),
+/// or `None`: failing under the test command, skipping with a message otherwise.
+pub fn agent_program(var: &str) -> Option<std::path::PathBuf> {
+    let program = std::env::var_os(var).map(Into::into);
+    if program.is_none() {
+        assert!(
+            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
+            "{var} is not set; the README's test command sets it"
+        );
+        eprintln!("skipped: {var} is not set (the README's test command builds that agent)");
+    }
+    program
+}
+
 /// A file of `examples/`.
 pub fn example(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

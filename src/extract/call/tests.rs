@@ -486,6 +486,55 @@ fn the_mcp_sdk_with_httpx_and_an_observed_asgi_server_is_one_attempt() {
 }
 
 #[test]
+fn an_http_client_span_whose_server_span_is_a_protocol_call_is_that_call() {
+    // The MCP Go SDK on otelhttp: the client's POST alone; the server's ASGI span under it,
+    // carrying its MCP span (-32601).
+    let refused = Attempt {
+        signal: Signal {
+            jsonrpc_code: Some(-32601),
+            ..Signal::default()
+        },
+        ..mcp("completion/complete", "")
+    };
+    let members = [
+        client(at(post("/mcp", 200), 110, 190)),
+        server(post("/mcp", 200), true),
+        server(refused, false),
+    ];
+    let joined = [
+        ROOT,
+        parent(0, Link::ServerOf),
+        Joined {
+            parent: Some((1, Link::Carried)),
+            carrier: Some(1),
+        },
+    ];
+    let undeclared = |a: &Attempt<'_>| a.path == Some("/mcp/v2");
+    let found = attempts(&assemble(&members, &joined, undeclared));
+    assert_eq!(found.len(), 1, "{found:?}");
+    let (i, a, _) = &found[0];
+    assert_eq!(*i, 0, "the client's request is the attempt");
+    assert_eq!(a.family, Family::Mcp, "of the server's call");
+    assert_eq!(a.operation.to_string(), "completion/complete");
+    assert_eq!(a.signal.jsonrpc_code, Some(-32601));
+    assert_eq!((a.path, a.signal.http_status), (Some("/mcp"), Some(200)));
+    assert_eq!(a.client, AGENT);
+    // Sent to a path its interface does not declare: about that path, as a transport request.
+    let elsewhere = with_protocol_server(&post("/mcp/v2", 200), &members[2].attempt, true);
+    assert_eq!(
+        elsewhere.operation.to_string(),
+        "completion/complete /mcp/v2"
+    );
+    let here = with_protocol_server(&post("/mcp", 200), &members[2].attempt, false);
+    assert_eq!(here.operation.via, "");
+    // An HTTP server span alone (a 404 before the server's MCP handler) changes no family.
+    let alone = assemble(&members[..2], &joined[..2], never_undeclared);
+    let found = attempts(&alone);
+    assert_eq!(found[0].1.family, Family::Http);
+    assert_eq!(found[0].1.operation.to_string(), "POST /mcp");
+}
+
+#[test]
 fn a_client_that_names_no_server_goes_where_the_server_span_is() {
     let members = [
         client(Attempt {
