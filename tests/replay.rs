@@ -237,8 +237,12 @@ fn the_federation_from_the_servers_side_tells_the_same_stories() {
     let planner = client(&r, "planner-agent/1.0");
     assert_eq!(planner["violations"], serde_json::json!({}));
     assert_eq!(planner["avoidable"], 0);
+    // Its two POSTs, each the HTTP span of a call whose MCP span only the server recorded:
+    // `initialize` (the read) and `tools/call` (the attempt), each counted once.
     let careful = client(&r, "careful-agent");
-    assert_eq!(careful["attempts"], 2);
+    assert_eq!(careful["discovery_reads"], 1);
+    assert_eq!(careful["attempts"], 1);
+    assert_eq!(careful["classes"], serde_json::json!({ "ok": 1 }));
     assert_eq!(r["total"]["avoidable"], 21);
     let names: Vec<_> = r["clients"]
         .as_array()
