@@ -7,6 +7,8 @@
 //! the calls split over two requests; about 99 spans a request). Also the tracker's sharding:
 //! two threads at once, one lock vs sixteen; and a scrape of `/metrics` at 10,000 series in
 //! the 0.0.4 text format and in OpenMetrics with exemplars, and the OTLP push of the same.
+//! And what a new key costs below `tracker.max_keys` and past it (each past it evicts), its
+//! keys one client's or spread over a thousand clients'.
 //!
 //!     cargo bench --bench pipeline
 
@@ -265,6 +267,64 @@ fn sharding(c: &mut Criterion) {
     g.finish();
 }
 
+/// A fresh key's attempt: the `n`-th operation of client `n % clients`.
+fn fresh_key(n: u64, clients: u64) -> Observation {
+    Observation {
+        group: GroupId {
+            client: n % clients,
+            interface: 1,
+        },
+        operation: n,
+        outcome: Outcome::Ok,
+        ..observation(0, n)
+    }
+}
+
+/// 10,000 attempts on fresh keys, into a tracker already holding 100,000: with room
+/// (`max_keys` 1,000,000) and full (`max_keys` 100,000: each key evicts another), the keys
+/// one client's or a thousand clients'.
+fn past_max_keys(c: &mut Criterion) {
+    const HELD: u64 = 100_000;
+    const MORE: u64 = 10_000;
+    let mut g = c.benchmark_group("tracker_fresh_keys");
+    g.throughput(Throughput::Elements(MORE));
+    g.sample_size(10);
+    for clients in [1, 1_000] {
+        for (name, max_keys) in [
+            ("below_max_keys", 1_000_000),
+            ("past_max_keys", HELD as usize),
+        ] {
+            g.bench_function(format!("{name}_{clients}_clients"), |b| {
+                b.iter_batched(
+                    || {
+                        let config = TrackerConfig {
+                            max_keys,
+                            ..TrackerConfig::default()
+                        };
+                        let tracker = Tracker::new(&config);
+                        let mut events = Vec::new();
+                        for n in 0..HELD {
+                            tracker.observe(n, &fresh_key(n, clients), &"op", &mut events);
+                            events.clear();
+                        }
+                        tracker
+                    },
+                    |tracker| {
+                        let mut events = Vec::with_capacity(64);
+                        for n in HELD..HELD + MORE {
+                            tracker.observe(n, &fresh_key(n, clients), &"op", &mut events);
+                            events.clear();
+                        }
+                        tracker
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+    }
+    g.finish();
+}
+
 /// `/metrics` written at 10,000 series: 2,000 (client, interface) pairs, each with an
 /// attempt of class ok, a refusal, a violation, a discovery read and an honored refusal; the
 /// refusal and violation series carry exemplars in OpenMetrics.
@@ -317,5 +377,5 @@ fn scrape(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, stages, sharding, scrape);
+criterion_group!(benches, stages, sharding, scrape, past_max_keys);
 criterion_main!(benches);

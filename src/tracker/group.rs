@@ -515,8 +515,23 @@ impl Group {
             .filter(|(op, k)| expired(**op, k))
             .map(|(op, _)| *op)
             .collect();
-        for op in &doomed {
+        self.remove_ops(now, p, out, &doomed)
+    }
+
+    /// Removes the keys of `ops`, settling and judging them first, each found by its hash —
+    /// what a key costs does not depend on how many the group holds; returns how many it
+    /// removed.
+    pub(super) fn remove_ops(
+        &mut self,
+        now: Nanos,
+        p: &Params,
+        out: &mut Vec<Event>,
+        ops: &[u64],
+    ) -> usize {
+        let mut removed = 0;
+        for op in ops {
             if let Some(mut key) = self.keys.remove(op) {
+                removed += 1;
                 for e in key.history.iter_mut().filter(|e| !e.has(SETTLED)) {
                     e.set(SETTLED);
                     self.pending.count -= 1;
@@ -525,7 +540,7 @@ impl Group {
                 judge_key(&mut key, self.labels, now, p, out);
             }
         }
-        doomed.len()
+        removed
     }
 }
 

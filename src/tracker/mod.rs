@@ -12,7 +12,7 @@
 //! use to the others (clients do not hash evenly). Once the whole is reached, a new key is
 //! made room for in its own shard when that shard holds its share or more, else in a shard
 //! holding more than its share (the room lent comes back), else in its own; eviction is
-//! least-recently-used within that shard, in batches of 1/64 of its share. Another shard is
+//! least-recently-used within that shard, in batches of 1/64 of what it holds. Another shard is
 //! only ever tried, never waited for: the whole can pass `max_keys` by a key for a moment
 //! when every shard holding more than its share is busy and the new key's own is empty.
 
@@ -882,10 +882,14 @@ impl Tracker {
     }
 }
 
-/// Evicts the least recently used keys of a full shard: 1/64 of its share at once, so a
-/// flood of new keys pays for one scan per batch rather than per key.
+/// Evicts the least recently used keys of a full shard: 1/64 of what it holds at once (its
+/// share, or more with room lent), so a flood of new keys pays for one scan of the shard per
+/// batch rather than per key — and a client holding a shard's lent room pays no more a key
+/// than a thousand clients spread over it (a batch of 1/64 of its share scanned the whole
+/// shard for every 1/64 of its share: one client's fresh keys cost 55× a key below the bound,
+/// benches/pipeline.rs `tracker_fresh_keys`).
 fn evict_lru(shard: &mut Shard, now: Nanos, p: &Params, out: &mut Vec<Event>) -> usize {
-    let batch = (shard.cap / 64).max(1);
+    let batch = (shard.keys / 64).max(1);
     let mut ages: Vec<(Nanos, GroupId, u64)> = shard
         .groups
         .iter()
@@ -902,7 +906,7 @@ fn evict_lru(shard: &mut Shard, now: Nanos, p: &Params, out: &mut Vec<Event>) ->
     let mut evicted = 0;
     for (g, ops) in doomed {
         if let Some(group) = shard.groups.get_mut(&g) {
-            evicted += group.remove_keys(now, p, out, |op, _| ops.contains(&op));
+            evicted += group.remove_ops(now, p, out, &ops);
             if group.keys.is_empty() {
                 shard.groups.remove(&g);
             }

@@ -1102,6 +1102,49 @@ fn a_full_shard_evicts_a_64th_of_its_share_oldest_first() {
 }
 
 #[test]
+fn one_clients_keys_past_max_keys_go_oldest_first_as_many_clients_keys_do() {
+    // One group holding every key of the shard: the batch evicted, the two oldest, is found
+    // by its keys.
+    let tracker = one_shard(128);
+    let mut events = Vec::new();
+    for op in 0..128 {
+        let a = at(op, op).0;
+        tracker.observe(T0 + op * MS, &a, &"op", &mut events);
+    }
+    events.clear();
+    let a = at(128, 128).0;
+    tracker.observe(T0 + 128 * MS, &a, &"op", &mut events);
+    assert_eq!(capacity_evictions(&events), [2], "128 / 64 keys at once");
+    assert_eq!(tracker.keys(), 127);
+    let held = |op: u64| {
+        let group = at(op, 0).0.group;
+        tracker.peek(&group, op, T0 + 200 * MS).last.is_some()
+    };
+    assert!(
+        !held(0) && !held(1) && held(2) && held(127) && held(128),
+        "the client's two oldest keys went"
+    );
+    let removed = tally(&events);
+    assert_eq!(removed.evicted, 2, "{events:?}");
+    // Holding the room another shard lent it (two shards of 64), the client's shard evicts
+    // 1/64 of what it holds, not of its share: a batch per 64th of its keys scanned.
+    let lent = Tracker::with_shards(
+        &TrackerConfig {
+            max_keys: 128,
+            ..config()
+        },
+        2,
+    );
+    let mut events = Vec::new();
+    for op in 0..129 {
+        let a = at(op, op).0;
+        lent.observe(T0 + op * MS, &a, &"op", &mut events);
+    }
+    assert_eq!(capacity_evictions(&events), [2], "128 / 64 keys at once");
+    assert_eq!(lent.keys(), 127);
+}
+
+#[test]
 fn keys_swept_for_their_ttl_give_their_place_back() {
     let tracker = one_shard(16);
     let mut events = Vec::new();
