@@ -22,11 +22,10 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use common::{admin_metrics as metrics, binary_config, free_port, fresh_dir, spawn_binary, value};
+use common::{binary_config, free_port, fresh_dir, spawn_binary, value};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// The MCP server's service name: its SERVER spans are the server view of `weather`.
 const SERVER: &str = "weather-polyglot";
@@ -227,37 +226,6 @@ fn plain(value: &serde_json::Value) -> serde_json::Value {
     }
 }
 
-/// Waits until every client's attempts are the requests its spans record, and returns the
-/// scrape that shows it.
-async fn settled(admin: u16, expected: &[(String, usize)]) -> String {
-    // The server exports every 100 ms: once its last spans are in, every call is whole. (A
-    // read of /metrics settles what is pending, so none is made before.)
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let m = metrics(admin).await;
-        let counted: Vec<(String, f64)> = expected
-            .iter()
-            .map(|(c, _)| {
-                let n = value(&m, "refusal_gate_attempts_total", &[("client", c)]);
-                (c.clone(), n)
-            })
-            .collect();
-        let want: Vec<(String, f64)> = expected
-            .iter()
-            .map(|(c, n)| (c.clone(), *n as f64))
-            .collect();
-        if counted == want {
-            return m;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "attempts {counted:?}, want {want:?}\n{m}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 /// The stories every stack plays, and whether each runs on the MCP server (else the API).
 const STORIES: [(&str, bool); 6] = [
     ("planner", true),
@@ -407,7 +375,7 @@ async fn tell_the_stories(agent: Agent, stack: &str) {
         expected.push((client, spans.iter().filter(|s| s.is_request()).count()));
         recordings.insert(story, spans);
     }
-    let m = settled(ports.admin, &expected).await;
+    let m = common::attempts_reach(ports.admin, &expected).await;
     show_refused(stack, &recordings["planner"], &recordings["prober"]);
     // The request the HTTP client sent again on its own after the 307, and what its span says.
     for span in recordings["resend"].iter().filter(|s| s.is_request()) {

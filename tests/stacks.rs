@@ -289,32 +289,7 @@ async fn fastmcp_the_mcp_sdk_and_a_gateway_tell_the_federations_stories_each_cal
             expected.push((format!("{stack}-{name}"), requests));
         }
     }
-    // The servers export every 100 ms: once their last spans are in, every call is whole. (A
-    // read of /metrics settles what is pending, so none is made before.)
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let m = loop {
-        let m = metrics(ports.admin).await;
-        let counted: Vec<(String, f64)> = expected
-            .iter()
-            .map(|(client, _)| {
-                let n = value(&m, "refusal_gate_attempts_total", &[("client", client)]);
-                (client.clone(), n)
-            })
-            .collect();
-        let want: Vec<(String, f64)> = expected
-            .iter()
-            .map(|(c, n)| (c.clone(), *n as f64))
-            .collect();
-        if counted == want {
-            break m;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "attempts {counted:?}, want {want:?}\n{m}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let m = common::attempts_reach(ports.admin, &expected).await;
     let of = |client: &str, labels: &[(&str, &str)]| {
         let mut all = vec![("client", client)];
         all.extend_from_slice(labels);

@@ -211,15 +211,7 @@ pub fn external(binary: &str) -> bool {
 /// the README's test command, which names it in `REFUSAL_GATE_AGENT_PYTHON`), or `None`:
 /// failing under the test command, skipping with a message otherwise.
 pub fn agent_python() -> Option<String> {
-    let python = std::env::var("REFUSAL_GATE_AGENT_PYTHON").ok();
-    if python.is_none() {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "REFUSAL_GATE_AGENT_PYTHON is not set; the README's test command sets it"
-        );
-        eprintln!("skipped: no agent virtual environment (the README's test command makes one)");
-    }
-    python
+    agent_program("REFUSAL_GATE_AGENT_PYTHON").map(|p: std::path::PathBuf| p.display().to_string())
 }
 
 /// The `node_modules` of the TypeScript agent stack (`tests/agents/ts/package-lock.json`,
@@ -227,20 +219,12 @@ pub fn agent_python() -> Option<String> {
 /// `REFUSAL_GATE_AGENT_NODE_MODULES`), or `None`: failing under the test command, skipping with
 /// a message otherwise.
 pub fn agent_node_modules() -> Option<std::path::PathBuf> {
-    let modules = std::env::var_os("REFUSAL_GATE_AGENT_NODE_MODULES").map(Into::into);
-    if modules.is_none() {
-        assert!(
-            std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
-            "REFUSAL_GATE_AGENT_NODE_MODULES is not set; the README's test command sets it"
-        );
-        eprintln!("skipped: no TypeScript agent stack (the README's test command installs one)");
-    }
-    modules
+    agent_program("REFUSAL_GATE_AGENT_NODE_MODULES")
 }
 
-/// A program of another language's agent stack that the README's test command builds and
-/// names in the environment variable `var` (`REFUSAL_GATE_AGENT_GO`, `REFUSAL_GATE_AGENT_JAVA`),
-/// or `None`: failing under the test command, skipping with a message otherwise.
+/// What the README's test command installs or builds for the agent stacks and names in the
+/// environment variable `var` (`REFUSAL_GATE_AGENT_PYTHON`, `…_NODE_MODULES`, `…_GO`,
+/// `…_JAVA`), or `None`: failing under the test command, skipping with a message otherwise.
 pub fn agent_program(var: &str) -> Option<std::path::PathBuf> {
     let program = std::env::var_os(var).map(Into::into);
     if program.is_none() {
@@ -248,9 +232,40 @@ pub fn agent_program(var: &str) -> Option<std::path::PathBuf> {
             std::env::var_os("REFUSAL_GATE_REQUIRE_EXTERNAL").is_none(),
             "{var} is not set; the README's test command sets it"
         );
-        eprintln!("skipped: {var} is not set (the README's test command builds that agent)");
+        eprintln!("skipped: {var} is not set (the README's test command sets it)");
     }
     program
+}
+
+/// Waits until the binary on `admin` has counted, for each client of `expected`, as many
+/// attempts as it says — the requests its spans record — and returns the scrape that shows
+/// it. The servers in the tests export every 100 ms: once their last spans are in, every call
+/// is whole. (A read of /metrics settles what is pending, so none is made before.)
+pub async fn attempts_reach(admin: u16, expected: &[(String, usize)]) -> String {
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let want: Vec<(String, f64)> = expected
+        .iter()
+        .map(|(c, n)| (c.clone(), *n as f64))
+        .collect();
+    loop {
+        let m = admin_metrics(admin).await;
+        let counted: Vec<(String, f64)> = expected
+            .iter()
+            .map(|(c, _)| {
+                let n = value(&m, "refusal_gate_attempts_total", &[("client", c)]);
+                (c.clone(), n)
+            })
+            .collect();
+        if counted == want {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "attempts {counted:?}, want {want:?}\n{m}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// A file of `examples/`.
