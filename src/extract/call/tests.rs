@@ -527,11 +527,28 @@ fn an_http_client_span_whose_server_span_is_a_protocol_call_is_that_call() {
     );
     let here = with_protocol_server(&post("/mcp", 200), &members[2].attempt, false);
     assert_eq!(here.operation.via, "");
-    // An HTTP server span alone (a 404 before the server's MCP handler) changes no family.
+    // An HTTP server span alone (a 404 before the server's MCP handler) changes no family,
+    // nor the client's operation when a proxy gave the server another path.
     let alone = assemble(&members[..2], &joined[..2], never_undeclared);
     let found = attempts(&alone);
     assert_eq!(found[0].1.family, Family::Http);
     assert_eq!(found[0].1.operation.to_string(), "POST /mcp");
+    let proxied = [
+        client(post("/v1/orders", 201)),
+        server(post("/orders", 201), true),
+    ];
+    let found = attempts(&assemble(&proxied, &joined[..2], never_undeclared));
+    assert_eq!(found[0].1.operation.to_string(), "POST /v1/orders");
+    // A client span that says which call it was keeps its word: the server's span of it may
+    // name less (here, no tool).
+    let says = [
+        client(at(mcp("tools/call", "lookup"), 110, 190)),
+        server(post("/mcp", 200), true),
+        server(mcp("tools/call", ""), false),
+    ];
+    let found = attempts(&assemble(&says, &joined, never_undeclared));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1.operation.to_string(), "tools/call lookup");
 }
 
 #[test]
