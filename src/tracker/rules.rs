@@ -335,6 +335,8 @@ mod tests {
             .any(|r| *r <= start && start.saturating_sub(window) <= *r)
     }
 
+    // `cap > 0` read as `cap >= 0` is an equivalent mutant: with no room and nothing held,
+    // either way the value is not kept.
     #[test]
     fn a_thinned_list_answers_every_probe_question_the_latest_would_and_keeps_a_bursts_first() {
         // Every order of inserting a few refusal ends, small caps and windows: whatever the
@@ -369,6 +371,20 @@ mod tests {
                 }
             }
         }
+        // Which one leaves: the second when the first three lie within the window, measured
+        // as their distance; else the first.
+        let full = |window: u64| {
+            let mut v = vec![10, 14, 19];
+            insert_bounded(&mut v, 30, 3, Some(window));
+            v
+        };
+        assert_eq!(full(9), [10, 19, 30], "19 - 10 within 9: the second leaves");
+        assert_eq!(full(8), [14, 19, 30], "19 - 10 past 8: the first leaves");
+        assert_eq!(full(1), [14, 19, 30]);
+        // Measured on the list with the newcomer in it, wherever it goes.
+        let mut v = vec![10, 11, 30];
+        insert_bounded(&mut v, 9, 3, Some(5));
+        assert_eq!(v, [9, 11, 30], "9, 10, 11 within 5: 10 leaves");
         // A prober's burst of 44 refusals, noted at once: the first stays beside the latest.
         let mut v = Vec::new();
         for end in (0..44u64).rev() {
