@@ -164,23 +164,11 @@ impl Agent {
                 command
             }
         };
-        command
-            .args([story, base])
-            .env("OTEL_SERVICE_NAME", client)
-            .env(
-                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                format!("http://127.0.0.1:{otlp}/v1/traces"),
-            )
-            .env("OTEL_BSP_SCHEDULE_DELAY", "100");
-        let out = command.output().await.expect("the agent runs");
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
-        assert!(out.status.success(), "{client}: {stdout}\n{stderr}");
+        command.args([story, base]).env("OTEL_SERVICE_NAME", client);
+        let out = common::exporting_to(otlp, command).await;
         match self {
             Agent::Go(_) => recorded(&record),
-            Agent::Java(_) => logged(&stderr),
+            Agent::Java(_) => logged(&String::from_utf8_lossy(&out.stderr)),
         }
     }
 }

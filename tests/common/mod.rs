@@ -583,8 +583,8 @@ pub async fn mcp_server_every(
 }
 
 /// Runs `command` to its end, its spans exported to `otlp` every 100 ms; fails the test
-/// with its output when it fails.
-pub async fn exporting_to(otlp: u16, mut command: tokio::process::Command) {
+/// with its output when it fails, and returns that output.
+pub async fn exporting_to(otlp: u16, mut command: tokio::process::Command) -> std::process::Output {
     let out = command
         .env(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
@@ -600,4 +600,5 @@ pub async fn exporting_to(otlp: u16, mut command: tokio::process::Command) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
 }
