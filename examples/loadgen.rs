@@ -10,7 +10,7 @@
 //!     cargo run --release --example loadgen -- [--protocol grpc|http] [--endpoint URL]
 //!         [--duration SECONDS] [--concurrency N] [--batch SPANS] [--clients N]
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
-//!         [--split CALLS] [--server-view 1] [--connections N]
+//!         [--split CALLS] [--server-view 1] [--connections N] [--fresh-keys 1]
 //!
 //! `--help` says what each option means and its default.
 //!
@@ -33,7 +33,9 @@
 //! 512, or one a client when the fleet is larger — every request of the workload covers all
 //! 45 keys (interface × operation) of its client, so a fleet of N clients needs N requests
 //! to reach its N × 45 keys. `--fresh-clients 1` sends every request from a client instance
-//! never seen before (the soak test's churning fleet).
+//! never seen before (the soak test's churning fleet). `--fresh-keys 1` makes every span of
+//! every request a `tools/call` of a tool never called before, so each opens a key of its
+//! client (benches/eviction.sh: what a key past `tracker.max_keys` costs).
 //!
 //! The last line is machine-readable: `spans=… seconds=… spans_per_sec=… p50_us=… p99_us=… errors=…`.
 
@@ -79,6 +81,10 @@ struct Options {
     /// 1: every request from a client instance never seen before (a churning fleet).
     #[arg(long, default_value_t = 0)]
     fresh_clients: u8,
+    /// 1: every span of every request a call of a tool never called before, so that each
+    /// opens a key (flat workload only; what eviction past `tracker.max_keys` costs).
+    #[arg(long, default_value_t = 0)]
+    fresh_keys: u8,
     /// `flat` (one span a call) or `tree` (a call as real agent stacks describe it).
     #[arg(long, default_value = "flat", value_parser = ["flat", "tree"])]
     workload: String,
@@ -100,6 +106,10 @@ impl Options {
 
     fn fresh_clients(&self) -> bool {
         self.fresh_clients != 0
+    }
+
+    fn fresh_keys(&self) -> bool {
+        self.fresh_keys != 0
     }
 
     fn server_view(&self) -> bool {
@@ -166,7 +176,13 @@ async fn run(o: Options) {
         Vec::new()
     } else {
         (0..o.requests)
-            .map(|n| workload::Encoded::new(n, o.clients, o.batch))
+            .map(|n| {
+                if o.fresh_keys() {
+                    workload::Encoded::fresh_keys(n, o.clients, o.batch)
+                } else {
+                    workload::Encoded::new(n, o.clients, o.batch)
+                }
+            })
             .collect()
     });
     let trees: Arc<Vec<workload::Trees>> = Arc::new(if o.trees() {
@@ -264,6 +280,8 @@ async fn run(o: Options) {
                         // Every request from an instance never seen before.
                         encoded.set_instance(&mut body, send);
                     }
+                    // Every span a tool never called before (a no-op unless `--fresh-keys`).
+                    encoded.set_keys(&mut body, send);
                     body
                 };
                 let body = Bytes::from(body);

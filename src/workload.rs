@@ -161,12 +161,69 @@ pub struct Encoded {
     stamps: Vec<[usize; 3]>,
     /// Where the twelve digits of the client's `service.instance.id` are.
     instance: Range<usize>,
+    /// Where the twelve digits of each span's tool name are (a [`fresh_keys_request`]).
+    tools: Vec<Range<usize>>,
+}
+
+/// The tool name of every span of a [`fresh_keys_request`] before [`Encoded::set_keys`]
+/// numbers it: `tool-` and twelve digits.
+const FRESH_TOOL: &str = "tool-000000000000";
+
+/// Request `n` of the fresh-keys workload: [`request`]'s, every span an MCP `tools/call` of
+/// the same server (the workload's second kind of span), each of its own tool
+/// ([`FRESH_TOOL`], numbered by [`Encoded::set_keys`]): every span opens a key, as a client
+/// that calls a new tool each time does — what eviction past `tracker.max_keys` is measured by.
+pub fn fresh_keys_request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
+    let mut r = request(n, clients, spans);
+    for (k, span) in r.resource_spans[0].scope_spans[0]
+        .spans
+        .iter_mut()
+        .enumerate()
+    {
+        let mcp = self::span(k / 4 * 4 + 1, n, spans);
+        span.attributes = mcp.attributes;
+        for a in &mut span.attributes {
+            if a.key == "gen_ai.tool.name" {
+                a.value = Some(AnyValue {
+                    value: Some(Value::StringValue(FRESH_TOOL.into())),
+                });
+            }
+        }
+    }
+    r
 }
 
 impl Encoded {
     /// Request `n` of the workload (see [`request`]).
     pub fn new(n: usize, clients: usize, spans: usize) -> Encoded {
-        let body = request(n, clients, spans).encode_to_vec();
+        Encoded::of(
+            request(n, clients, spans).encode_to_vec(),
+            n,
+            clients,
+            spans,
+        )
+    }
+
+    /// Request `n` of the fresh-keys workload (see [`fresh_keys_request`]): each send is
+    /// given its own tools by [`Encoded::set_keys`].
+    pub fn fresh_keys(n: usize, clients: usize, spans: usize) -> Encoded {
+        let body = fresh_keys_request(n, clients, spans).encode_to_vec();
+        let mut encoded = Encoded::of(body, n, clients, spans);
+        let digits = FRESH_TOOL.len() - "tool-".len();
+        encoded.tools = encoded
+            .body
+            .windows(FRESH_TOOL.len())
+            .enumerate()
+            .filter(|(_, w)| *w == FRESH_TOOL.as_bytes())
+            .map(|(at, _)| at + FRESH_TOOL.len() - digits..at + FRESH_TOOL.len())
+            .collect();
+        assert_eq!(encoded.tools.len(), spans, "every span names its tool once");
+        encoded
+    }
+
+    /// `body`, request `n` of a fleet of `clients` with `spans` spans, and where its stamps
+    /// go.
+    fn of(body: Vec<u8>, n: usize, clients: usize, spans: usize) -> Encoded {
         let mut stamps = Vec::with_capacity(spans);
         let marker = format!("pod-{:012}", n % clients.max(1));
         let at = body
@@ -191,6 +248,18 @@ impl Encoded {
             body,
             stamps,
             instance,
+            tools: Vec::new(),
+        }
+    }
+
+    /// Gives each span of a stamped copy of send number `send` a tool of its own, never
+    /// named by another send (a [`Encoded::fresh_keys`] request; others have no tools to
+    /// number).
+    pub fn set_keys(&self, body: &mut [u8], send: u64) {
+        let spans = self.tools.len() as u64;
+        for (i, at) in self.tools.iter().enumerate() {
+            let digits = format!("{:012}", (send * spans + i as u64) % 1_000_000_000_000);
+            body[at.clone()].copy_from_slice(digits.as_bytes());
         }
     }
 
@@ -603,6 +672,43 @@ mod tests {
             .any(|kv| kv.key == "service.instance.id"
                 && kv.value.as_ref().and_then(|v| v.value.as_ref())
                     == Some(&Value::StringValue("pod-000000000042".into()))));
+    }
+
+    #[test]
+    fn each_send_of_a_fresh_keys_request_calls_tools_no_other_send_called() {
+        let encoded = Encoded::fresh_keys(3, 16, 100);
+        let tools = |send: u64| {
+            let mut body = encoded.stamped(send, 0);
+            encoded.set_keys(&mut body, send);
+            let r = ExportTraceServiceRequest::decode(&body[..]).expect("valid");
+            let spans = r.resource_spans[0].scope_spans[0].spans.clone();
+            assert_eq!(spans.len(), 100);
+            spans
+                .iter()
+                .map(|span| {
+                    let value = |key: &str| {
+                        span.attributes
+                            .iter()
+                            .find(|a| a.key == key)
+                            .and_then(|a| a.value.clone()?.value)
+                    };
+                    assert_eq!(
+                        value("mcp.method.name"),
+                        Some(Value::StringValue("tools/call".into()))
+                    );
+                    match value("gen_ai.tool.name") {
+                        Some(Value::StringValue(tool)) => tool,
+                        other => panic!("a tool name: {other:?}"),
+                    }
+                })
+                .collect::<Vec<_>>()
+        };
+        let (first, second) = (tools(7), tools(8));
+        assert_eq!(first[0], "tool-000000000700");
+        assert_eq!(first[99], "tool-000000000799");
+        assert_eq!(second[0], "tool-000000000800");
+        let all: std::collections::BTreeSet<_> = first.iter().chain(&second).collect();
+        assert_eq!(all.len(), 200, "no tool twice");
     }
 
     #[test]

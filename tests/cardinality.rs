@@ -145,6 +145,96 @@ async fn a_million_new_clients_and_paths_stay_within_the_bounds() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// One client's request of `BATCH` spans, each for a path of its own: every span a new key of
+/// the same client (issue 66).
+fn one_clients_batch(n: u64) -> Vec<u8> {
+    let spans = (n * BATCH..(n + 1) * BATCH)
+        .map(|i| common::http_span(i, "GET", &format!("http://api.test/items/{i}"), 200))
+        .collect();
+    common::export("agent", spans)
+}
+
+/// Issue 66: past `max_keys`, one client's new keys evict its own oldest as a thousand
+/// clients' do, and the admin endpoint answers all the while. `/readyz` is asked every 10 ms
+/// while the client sends; each answer must be `ready`, and the slowest is printed (a test
+/// asserts no wall-clock time: the release build's figures are `benches/eviction.sh`'s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_clients_keys_past_max_keys_are_evicted_while_readyz_answers() {
+    const KEYS: usize = 10_000;
+    const BATCHES: u64 = 50;
+    let dir = std::env::temp_dir().join(format!("rg-one-client-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let (config, ports) =
+        common::binary_config(&dir, "config", &format!("tracker:\n  max_keys: {KEYS}\n"));
+    let (http, admin) = (ports.http, ports.admin);
+    let _server = common::spawn_binary(&config, admin, std::process::Stdio::null()).await;
+    let client = reqwest::Client::new();
+    let sending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let poller = {
+        let (client, sending) = (client.clone(), std::sync::Arc::clone(&sending));
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            while sending.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = std::time::Instant::now();
+                let response = client
+                    .get(format!("http://127.0.0.1:{admin}/readyz"))
+                    // Not a figure asserted: an admin endpoint that never answers fails the
+                    // test instead of hanging it.
+                    .timeout(std::time::Duration::from_secs(30))
+                    .send()
+                    .await
+                    .expect("/readyz answers");
+                let status = response.status();
+                let body = response.text().await.expect("a body");
+                answers.push((status, body, asked.elapsed()));
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            answers
+        })
+    };
+    for n in 0..BATCHES {
+        let response = client
+            .post(format!("http://127.0.0.1:{http}/v1/traces"))
+            .header("content-type", "application/x-protobuf")
+            .body(one_clients_batch(n))
+            .send()
+            .await
+            .expect("the receiver answers");
+        assert_eq!(response.status(), 200, "batch {n}");
+    }
+    sending.store(false, std::sync::atomic::Ordering::Relaxed);
+    let answers = poller.await.expect("the poller ran");
+    let slowest = answers.iter().map(|a| a.2).max().unwrap_or_default();
+    println!(
+        "one client, {} new keys past max_keys {KEYS}: /readyz asked {} times, slowest {slowest:?}",
+        BATCHES * BATCH,
+        answers.len()
+    );
+    assert!(answers.len() >= 2, "asked while the client sent");
+    for (status, body, _) in &answers {
+        assert_eq!((status.as_u16(), body.as_str()), (200, "ready\n"));
+    }
+    let metrics = client
+        .get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    let keys = common::value(&metrics, "refusal_gate_tracker_keys", &[]);
+    assert!(keys <= KEYS as f64 && keys > 0.0, "tracker keys {keys}");
+    assert!(
+        common::value(
+            &metrics,
+            "refusal_gate_tracker_evictions_total",
+            &[("reason", "capacity")]
+        ) >= (BATCHES * BATCH) as f64 - KEYS as f64,
+        "every key past the bound evicted another"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn below_max_keys_no_key_is_evicted_however_the_clients_hash() {
     // 20 clients of 20 keys each, 400 keys of 500: the tracker's 16 shards cannot each hold
