@@ -75,7 +75,7 @@ pub(super) struct Group {
     labels: u32,
     /// What the group's keys are judged against; apart from `keys` so that a key can be
     /// borrowed mutably while they are read.
-    lists: Lists,
+    lists: Listed,
     pub(super) keys: KeyMap<Key>,
     /// Its attempts not yet settled; apart from `keys` as `lists` is.
     pending: Pending,
@@ -85,6 +85,32 @@ pub(super) struct Group {
     /// Some key may hold a settled refusal not yet judged ([`Key::unjudged`]): the sweep
     /// reads the keys only then.
     unjudged: bool,
+}
+
+/// A group's [`Lists`], allocated when it first has something to list: most groups (an API
+/// that never refused, read by a client that never read its document) never do, and a
+/// group's place in its shard's table is 8 bytes of them, not 88 (issue 66: 262,144 places
+/// at 22,300 clients). Reads go through `Deref`, with the empty lists when there are none;
+/// writes through [`Listed::get_mut`], which allocates them.
+#[derive(Debug, Default)]
+struct Listed(Option<Box<Lists>>);
+
+/// The lists of a group that has none.
+static NO_LISTS: Lists = Lists::EMPTY;
+
+impl Listed {
+    /// The lists, to write: allocated if they were not.
+    fn get_mut(&mut self) -> &mut Lists {
+        self.0.get_or_insert_with(Box::default)
+    }
+}
+
+impl std::ops::Deref for Listed {
+    type Target = Lists;
+
+    fn deref(&self) -> &Lists {
+        self.0.as_deref().unwrap_or(&NO_LISTS)
+    }
 }
 
 /// A group's attempts not yet settled.
@@ -142,7 +168,7 @@ impl Group {
             client,
             interface,
             labels: self.labels,
-            lists: self.lists.clone(),
+            lists: Lists::clone(&self.lists),
             keys: self
                 .keys
                 .iter()
@@ -167,9 +193,9 @@ impl Group {
         mut name: impl FnMut(&str) -> Arc<str>,
     ) -> Group {
         let mut group = Group::new(labels, false);
-        group.lists = state.lists;
+        group.lists = Listed((state.lists != Lists::EMPTY).then(|| Box::new(state.lists)));
         // Sorted ascending: the latest are kept.
-        let lists = &mut group.lists;
+        let lists = group.lists.get_mut();
         for (list, kept) in [
             (&mut lists.refusals, REFUSALS_KEPT),
             (&mut lists.reads, RECENT_KEPT),
@@ -202,10 +228,12 @@ impl Group {
     pub(super) fn new(labels: u32, anonymous: bool) -> Group {
         Group {
             labels,
-            lists: Lists {
-                anonymous,
-                ..Lists::default()
-            },
+            lists: Listed(anonymous.then(|| {
+                Box::new(Lists {
+                    anonymous,
+                    ..Lists::default()
+                })
+            })),
             keys: KeyMap::default(),
             pending: Pending::default(),
             oldest_seen: Nanos::MAX,
@@ -335,9 +363,14 @@ impl Group {
         make_room(key, p);
         let refusal = classify::is_refusal_signal(obs.outcome, obs.declared);
         let in_session = obs.asked.in_session;
-        self.lists
-            .note((read, refusal, in_session), end, p.probe_window);
-        self.lists.streams |= obs.asked.sessionless;
+        if read || refusal || in_session {
+            self.lists
+                .get_mut()
+                .note((read, refusal, in_session), end, p.probe_window);
+        }
+        if obs.asked.sessionless {
+            self.lists.get_mut().streams = true;
+        }
         // A session shown late matters only to a group's streams (DESIGN §12.4): others are
         // not re-judged for it.
         let reaching = read || refusal || (in_session && self.lists.streams);
@@ -436,13 +469,13 @@ impl Group {
         let refusal = classify::is_refusal_signal(gone.outcome(), gone.declared());
         if refusal {
             if let Ok(i) = self.lists.refusals.binary_search(&gone.end()) {
-                self.lists.refusals.remove(i);
+                self.lists.get_mut().refusals.remove(i);
             }
         }
         if read && self.lists.first_read == Some(gone.end()) {
             // The earliest read the group still holds (older ones leave with their keys'
             // settled history; a read is taken back while pending, so rarely has one left).
-            self.lists.first_read = self
+            self.lists.get_mut().first_read = self
                 .keys
                 .values()
                 .flat_map(|k| k.history.iter())
@@ -1077,5 +1110,45 @@ mod tests {
     fn a_key_is_72_bytes_its_tail_18() {
         assert_eq!(std::mem::size_of::<super::Tail>(), 18);
         assert_eq!(std::mem::size_of::<Key>(), 72);
+    }
+
+    /// A group's lists take its place in the shard's table only once it has something to list
+    /// (issue 66): a group that only succeeds and fails transiently holds none, a refusal,
+    /// a read, a session shown or a stream without one gives it its lists, and an anonymous
+    /// group has them from the start (they say so).
+    #[test]
+    fn a_group_holds_lists_only_once_it_has_something_to_list() {
+        assert_eq!(std::mem::size_of::<Group>(), 104);
+        let p = Params::new(&TrackerConfig::default());
+        let mut out = Vec::new();
+        let mut group = one_key(&p);
+        for (n, outcome) in [Outcome::Ok, Outcome::Transient, Outcome::Other]
+            .into_iter()
+            .enumerate()
+        {
+            let a = Observation {
+                outcome,
+                ..attempt(n as u64)
+            };
+            group.observe(0, &a, &p, &mut out);
+        }
+        assert!(group.lists.0.is_none(), "nothing to list");
+        assert!(!group.lists.anonymous && group.lists.first_read.is_none());
+        assert!(Group::new(0, true).lists.anonymous);
+
+        type Set = fn(&mut Observation);
+        let cases: [(&str, Set); 4] = [
+            ("a refusal", |a| a.outcome = Outcome::NotSupported),
+            ("a read", |a| a.discovery = Discovery::Read),
+            ("a session shown", |a| a.asked.in_session = true),
+            ("a stream without one", |a| a.asked.sessionless = true),
+        ];
+        for (what, set) in cases {
+            let mut group = one_key(&p);
+            let mut a = attempt(0);
+            set(&mut a);
+            group.observe(0, &a, &p, &mut out);
+            assert!(group.lists.0.is_some(), "{what} is listed");
+        }
     }
 }

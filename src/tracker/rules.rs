@@ -18,7 +18,7 @@ pub(super) const REFUSALS_KEPT: usize = 32;
 pub(super) const RECENT_KEPT: usize = 8;
 
 /// The discovery reads and refusals of a group.
-#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(super) struct Lists {
     /// The earliest discovery read's end: "had read before A" is `first_read <= A.start`,
     /// which is all the decision table and the violations ask of reads.
@@ -42,6 +42,16 @@ pub(super) struct Lists {
 }
 
 impl Lists {
+    /// A group's lists before it has read, been refused or shown a session.
+    pub(super) const EMPTY: Lists = Lists {
+        first_read: None,
+        refusals: Vec::new(),
+        anonymous: false,
+        reads: Vec::new(),
+        sessions: Vec::new(),
+        streams: false,
+    };
+
     /// Notes an attempt that ended at `end`: a discovery read (`read`), a refusal (`refusal`),
     /// a successful MCP request (`in_session`), or none of them; the latest
     /// [`REFUSALS_KEPT`] refusals kept, and the latest [`RECENT_KEPT`] reads and sessions
