@@ -76,31 +76,15 @@ async fn a_million_new_clients_and_paths_stay_within_the_bounds() {
     let (http, admin) = (ports.http, ports.admin);
     let server = common::spawn_binary(&config, admin, std::process::Stdio::null()).await;
     let pid = server.0.id();
-    let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{admin}");
 
     let mut peak = 0;
     for n in 0..SPANS / BATCH {
-        let response = client
-            .post(format!("http://127.0.0.1:{http}/v1/traces"))
-            .header("content-type", "application/x-protobuf")
-            .body(batch(n))
-            .send()
-            .await
-            .expect("the receiver answers");
-        assert_eq!(response.status(), 200, "batch {n}");
+        common::post_traces(format!("127.0.0.1:{http}"), batch(n)).await;
         if n % 50 == 0 {
             peak = peak.max(rss_mib(pid, "VmRSS:"));
         }
     }
-    let metrics = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let metrics = common::admin_metrics(admin).await;
     let hwm = rss_mib(pid, "VmHWM:");
     println!("a million new clients: peak RSS {hwm} MiB (sampled {peak} MiB)");
 
@@ -193,14 +177,7 @@ async fn one_clients_keys_past_max_keys_are_evicted_while_readyz_answers() {
         })
     };
     for n in 0..BATCHES {
-        let response = client
-            .post(format!("http://127.0.0.1:{http}/v1/traces"))
-            .header("content-type", "application/x-protobuf")
-            .body(one_clients_batch(n))
-            .send()
-            .await
-            .expect("the receiver answers");
-        assert_eq!(response.status(), 200, "batch {n}");
+        common::post_traces(format!("127.0.0.1:{http}"), one_clients_batch(n)).await;
     }
     sending.store(false, std::sync::atomic::Ordering::Relaxed);
     let answers = poller.await.expect("the poller ran");
@@ -214,14 +191,7 @@ async fn one_clients_keys_past_max_keys_are_evicted_while_readyz_answers() {
     for (status, body, _) in &answers {
         assert_eq!((status.as_u16(), body.as_str()), (200, "ready\n"));
     }
-    let metrics = client
-        .get(format!("http://127.0.0.1:{admin}/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let metrics = common::admin_metrics(admin).await;
     let keys = common::value(&metrics, "refusal_gate_tracker_keys", &[]);
     assert!(keys <= KEYS as f64 && keys > 0.0, "tracker keys {keys}");
     assert!(

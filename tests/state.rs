@@ -36,26 +36,6 @@ async fn serve(config: &Path, admin: u16) -> Reaper {
     common::spawn_binary(config, admin, Stdio::piped()).await
 }
 
-async fn post(http: u16, body: Vec<u8>) {
-    let r = reqwest::Client::new()
-        .post(format!("http://127.0.0.1:{http}/v1/traces"))
-        .header("content-type", "application/x-protobuf")
-        .body(body)
-        .send()
-        .await
-        .expect("answers");
-    assert_eq!(r.status(), 200);
-}
-
-async fn metrics(admin: u16) -> String {
-    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text")
-}
-
 /// SIGTERM, and the exit status; the process's log.
 fn terminate(mut reaper: Reaper) -> String {
     let child: &mut Child = &mut reaper.0;
@@ -85,8 +65,8 @@ async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry()
 
     // Before the restart: the client reads the contract and is refused an undeclared path.
     let first = serve(&config, ports.admin).await;
-    post(
-        ports.http,
+    common::post_traces(
+        format!("127.0.0.1:{}", ports.http),
         export(
             "storm",
             vec![
@@ -96,7 +76,7 @@ async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry()
         ),
     )
     .await;
-    let before = metrics(ports.admin).await;
+    let before = common::admin_metrics(ports.admin).await;
     assert_eq!(retry_after_refusal(&before), 0.0);
     terminate(first);
     assert!(
@@ -106,15 +86,15 @@ async fn a_restart_in_the_middle_of_a_retry_storm_still_catches_the_next_retry()
 
     // After it: the retry is caught.
     let _second = serve(&config, ports.admin).await;
-    post(
-        ports.http,
+    common::post_traces(
+        format!("127.0.0.1:{}", ports.http),
         export(
             "storm",
             vec![http_span(3, "POST", "http://api.test/v1/refunds", 404)],
         ),
     )
     .await;
-    let after = metrics(ports.admin).await;
+    let after = common::admin_metrics(ports.admin).await;
     assert_eq!(
         retry_after_refusal(&after),
         1.0,
@@ -139,15 +119,15 @@ async fn a_state_file_written_by_an_earlier_build_still_loads() {
     let _server = serve(&config, ports.admin).await;
     assert_eq!(
         value(
-            &metrics(ports.admin).await,
+            &common::admin_metrics(ports.admin).await,
             "refusal_gate_tracker_keys",
             &[]
         ),
         2.0,
         "both keys restored"
     );
-    post(
-        ports.http,
+    common::post_traces(
+        format!("127.0.0.1:{}", ports.http),
         export(
             "storm",
             vec![http_span(3, "POST", "http://api.test/v1/refunds", 404)],
@@ -155,7 +135,7 @@ async fn a_state_file_written_by_an_earlier_build_still_loads() {
     )
     .await;
     assert_eq!(
-        retry_after_refusal(&metrics(ports.admin).await),
+        retry_after_refusal(&common::admin_metrics(ports.admin).await),
         1.0,
         "the refusal it remembers catches the retry"
     );
@@ -183,15 +163,15 @@ async fn a_corrupt_or_foreign_state_file_is_reported_set_aside_and_never_overwri
     ] {
         std::fs::write(&state, &contents).expect("written");
         let child = serve(&config, ports.admin).await;
-        post(
-            ports.http,
+        common::post_traces(
+            format!("127.0.0.1:{}", ports.http),
             export(
                 "fresh",
                 vec![http_span(1, "GET", "http://api.test/v1/orders", 200)],
             ),
         )
         .await;
-        let m = metrics(ports.admin).await;
+        let m = common::admin_metrics(ports.admin).await;
         assert_eq!(
             value(&m, "refusal_gate_tracker_keys", &[]),
             1.0,

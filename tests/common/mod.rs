@@ -165,14 +165,7 @@ pub fn export(service: &str, spans: Vec<Span>) -> Vec<u8> {
 
 /// Posts an encoded request to the OTLP/HTTP receiver and expects 200.
 pub async fn send(bound: &Bound, body: Vec<u8>) {
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/traces", bound.http))
-        .header("content-type", "application/x-protobuf")
-        .body(body)
-        .send()
-        .await
-        .expect("the receiver answers");
-    assert_eq!(r.status(), 200);
+    post_traces(bound.http, body).await;
 }
 
 /// [`send`] with a bearer token.
@@ -297,6 +290,19 @@ pub async fn serve_http(app: axum::Router) -> std::net::SocketAddr {
         let _ = axum::serve(listener, app).await;
     });
     addr
+}
+
+/// Posts an encoded export request to the OTLP/HTTP receiver at `http` (`host:port`): it must
+/// be accepted whole.
+pub async fn post_traces(http: impl std::fmt::Display, body: Vec<u8>) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{http}/v1/traces"))
+        .header("content-type", "application/x-protobuf")
+        .body(body)
+        .send()
+        .await
+        .expect("the receiver answers");
+    assert_eq!(response.status(), 200);
 }
 
 pub async fn admin_metrics(admin: u16) -> String {
