@@ -169,10 +169,11 @@ pub struct Encoded {
 /// numbers it: `tool-` and twelve digits.
 const FRESH_TOOL: &str = "tool-000000000000";
 
-/// Request `n` of the fresh-keys workload: [`request`]'s, every span an MCP `tools/call` of
-/// the same server (the workload's second kind of span), each of its own tool
-/// ([`FRESH_TOOL`], numbered by [`Encoded::set_keys`]): every span opens a key, as a client
-/// that calls a new tool each time does — what eviction past `tracker.max_keys` is measured by.
+/// Request `n` of the fresh-keys workload: [`request`]'s, span `k` with the attributes of the
+/// workload's MCP `tools/call` span `4k + 1` (a fifth of them failing, as the workload's spans
+/// do), each of its own tool ([`FRESH_TOOL`], numbered by [`Encoded::set_keys`]): every span
+/// opens a key, as a client that calls a new tool each time does — what eviction past
+/// `tracker.max_keys` is measured by.
 pub fn fresh_keys_request(n: usize, clients: usize, spans: usize) -> ExportTraceServiceRequest {
     let mut r = request(n, clients, spans);
     for (k, span) in r.resource_spans[0].scope_spans[0]
@@ -180,7 +181,7 @@ pub fn fresh_keys_request(n: usize, clients: usize, spans: usize) -> ExportTrace
         .iter_mut()
         .enumerate()
     {
-        let mcp = self::span(k / 4 * 4 + 1, n, spans);
+        let mcp = self::span(4 * k + 1, n, spans);
         span.attributes = mcp.attributes;
         for a in &mut span.attributes {
             if a.key == "gen_ai.tool.name" {
@@ -703,6 +704,23 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
+        // Span k is the workload's MCP span 4k + 1 but for its tool: a fifth of them fail.
+        let fresh = fresh_keys_request(3, 16, 100);
+        for (k, span) in fresh.resource_spans[0].scope_spans[0]
+            .spans
+            .iter()
+            .enumerate()
+        {
+            let like = self::span(4 * k + 1, 3, 100);
+            let other = |attributes: &[KeyValue]| {
+                attributes
+                    .iter()
+                    .filter(|a| a.key != "gen_ai.tool.name")
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(other(&span.attributes), other(&like.attributes), "span {k}");
+        }
         let (first, second) = (tools(7), tools(8));
         assert_eq!(first[0], "tool-000000000700");
         assert_eq!(first[99], "tool-000000000799");

@@ -193,9 +193,8 @@ impl Group {
         mut name: impl FnMut(&str) -> Arc<str>,
     ) -> Group {
         let mut group = Group::new(labels, false);
-        group.lists = Listed((state.lists != Lists::EMPTY).then(|| Box::new(state.lists)));
+        let mut lists = state.lists;
         // Sorted ascending: the latest are kept.
-        let lists = group.lists.get_mut();
         for (list, kept) in [
             (&mut lists.refusals, REFUSALS_KEPT),
             (&mut lists.reads, RECENT_KEPT),
@@ -204,6 +203,7 @@ impl Group {
             list.sort_unstable();
             list.drain(..list.len().saturating_sub(kept));
         }
+        group.lists = Listed((lists != Lists::EMPTY).then(|| Box::new(lists)));
         let mut keys = state.keys;
         keys.sort_by_key(|k| std::cmp::Reverse(k.last_seen));
         for k in keys.into_iter().take(room) {
@@ -1150,5 +1150,34 @@ mod tests {
             group.observe(0, &a, &p, &mut out);
             assert!(group.lists.0.is_some(), "{what} is listed");
         }
+    }
+
+    /// The state file keeps a group's lists as they were, and a group with none comes back
+    /// with none allocated.
+    #[test]
+    fn a_groups_lists_come_back_from_the_state_file_as_they_left() {
+        let p = Params::new(&TrackerConfig::default());
+        let mut out = Vec::new();
+        let mut listed = one_key(&p);
+        let read = Observation {
+            discovery: Discovery::Read,
+            ..attempt(0)
+        };
+        let refused = Observation {
+            outcome: Outcome::NotSupported,
+            ..attempt(1)
+        };
+        listed.observe(0, &read, &p, &mut out);
+        listed.observe(0, &refused, &p, &mut out);
+        let name = |n: &str| std::sync::Arc::from(n);
+        let back = Group::import(listed.export(0, 0), 0, &p, 10, name);
+        assert_eq!(*back.lists, *listed.lists);
+        assert_eq!(back.lists.first_read, Some(500));
+        assert_eq!(back.lists.refusals, [1_500]);
+
+        let mut bare = one_key(&p);
+        bare.observe(0, &attempt(0), &p, &mut out);
+        let back = Group::import(bare.export(0, 0), 0, &p, 10, name);
+        assert!(back.lists.0.is_none(), "nothing to list, nothing allocated");
     }
 }
