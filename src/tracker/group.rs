@@ -89,7 +89,7 @@ pub(super) struct Group {
 
 /// A group's [`Lists`], allocated when it first has something to list: most groups (an API
 /// that never refused, read by a client that never read its document) never do, and a
-/// group's place in its shard's table is 8 bytes of them, not 88 (issue 66: 262,144 places
+/// group's place in its shard's table is 8 bytes of them, not 96 (issue 66: 262,144 places
 /// at 22,300 clients). Reads go through `Deref`, with the empty lists when there are none;
 /// writes through [`Listed::get_mut`], which allocates them.
 #[derive(Debug, Default)]
@@ -1113,7 +1113,7 @@ mod tests {
     }
 
     /// A group's lists take its place in the shard's table only once it has something to list
-    /// (issue 66): a group that only succeeds and fails transiently holds none, a refusal,
+    /// (issue 66): a group that only succeeds or fails otherwise holds none; a refusal,
     /// a read, a session shown or a stream without one gives it its lists, and an anonymous
     /// group has them from the start (they say so).
     #[test]
