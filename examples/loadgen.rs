@@ -12,7 +12,8 @@
 //!         [--requests N] [--rate SPANS_PER_SECOND] [--fresh-clients 1] [--workload flat|tree]
 //!         [--split CALLS] [--server-view 1] [--connections N] [--fresh-keys 1]
 //!
-//! `--help` says what each option means and its default.
+//! `--help` says what each option means and its default. An option given twice takes its last
+//! value (benches/scale.sh passes `--rate` after the caller's `LOADGEN` options).
 //!
 //! Over gRPC the senders share `--connections` HTTP/2 connections (1 by default), taking them
 //! in turn: many streams over few connections, as a Collector that fans many clients in
@@ -50,7 +51,7 @@ use std::time::{Duration, Instant};
 /// pre-encoded once, sent over OTLP/gRPC or OTLP/HTTP by concurrent senders, as fast as
 /// possible or at a fixed rate; prints spans/s and export latency percentiles.
 #[derive(Clone, clap::Parser)]
-#[command(name = "loadgen", version)]
+#[command(name = "loadgen", version, args_override_self = true)]
 struct Options {
     /// `grpc` or `http` (OTLP/HTTP protobuf).
     #[arg(long, default_value = "grpc", value_parser = ["grpc", "http"])]
