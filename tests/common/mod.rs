@@ -170,15 +170,7 @@ pub async fn send(bound: &Bound, body: Vec<u8>) {
 
 /// [`send`] with a bearer token.
 pub async fn send_with(bound: &Bound, token: &str, body: Vec<u8>) {
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/traces", bound.http))
-        .header("content-type", "application/x-protobuf")
-        .bearer_auth(token)
-        .body(body)
-        .send()
-        .await
-        .expect("the receiver answers");
-    assert_eq!(r.status(), 200);
+    accepted(export_to(bound.http, body).bearer_auth(token)).await;
 }
 
 /// Whether `binary` is on PATH. When it is not, fails under the test command
@@ -295,13 +287,20 @@ pub async fn serve_http(app: axum::Router) -> std::net::SocketAddr {
 /// Posts an encoded export request to the OTLP/HTTP receiver at `http` (`host:port`): it must
 /// be accepted whole.
 pub async fn post_traces(http: impl std::fmt::Display, body: Vec<u8>) {
-    let response = reqwest::Client::new()
+    accepted(export_to(http, body)).await;
+}
+
+/// An OTLP/HTTP export of the encoded `body` to the receiver at `http` (`host:port`).
+fn export_to(http: impl std::fmt::Display, body: Vec<u8>) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
         .post(format!("http://{http}/v1/traces"))
         .header("content-type", "application/x-protobuf")
         .body(body)
-        .send()
-        .await
-        .expect("the receiver answers");
+}
+
+/// Sends `request`: the receiver must accept it whole.
+async fn accepted(request: reqwest::RequestBuilder) {
+    let response = request.send().await.expect("the receiver answers");
     assert_eq!(response.status(), 200);
 }
 
