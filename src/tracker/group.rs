@@ -762,7 +762,7 @@ fn small(n: usize) -> u8 {
 /// as many attempts one window as the next: a key that keeps its room grows no more, where
 /// one given back down to its depth at every settle grows again through two or three
 /// reallocations every window, and the churn slows every other allocation of the process
-/// (measured at 10,000 clients with 6 to 9 a window, issue 66: the allocator 9.1% of the
+/// (measured at 10,000 clients, some 8 a key a window, issue 66: the allocator 9.1% of the
 /// server's CPU when a key kept its room only if it held twice its depth, 5.6% now). What a
 /// key keeps is no more than half as much again as it held at its busiest in the window, and
 /// about what a key growing through that window takes anyway: at a fixed rate the peak is
