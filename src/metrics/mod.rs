@@ -893,6 +893,50 @@ mod tests {
     }
 
     #[test]
+    fn a_clients_pairs_are_found_at_once_as_labels_answers_them_but_overflowed_ones() {
+        let m = Metrics::new(&MetricsConfig {
+            max_clients: 10,
+            max_interfaces: 2,
+            max_series: 4,
+            series_ttl: std::time::Duration::from_secs(60),
+            ..MetricsConfig::default()
+        });
+        m.sweep(1_000);
+        let (i, j) = (m.labels(1, "a", 9, "i"), m.labels(1, "a", 8, "j"));
+        // Past max_interfaces: the interface overflows, the client does not.
+        let k = m.labels(1, "a", 7, "k");
+        let mut into = [(0, 0); 16];
+        assert_eq!(m.client_pairs(1, &mut into), 2);
+        assert_eq!(
+            into[..2],
+            [(9, i), (8, j)],
+            "not (7, {k}): asked for each time"
+        );
+        let mut one = [(0, 0); 1];
+        assert_eq!(
+            m.client_pairs(1, &mut one),
+            1,
+            "as many as there is room for"
+        );
+        assert_eq!(one, [(9, i)]);
+        // The fourth pair is b's own; past max_series b's next shares the overflow pair.
+        let b = m.labels(2, "b", 9, "i");
+        let shared = m.labels(2, "b", 8, "j");
+        assert_eq!(shared, m.labels(3, "c", 6, "l"));
+        assert_eq!(m.client_pairs(2, &mut into), 1);
+        assert_eq!(into[0], (9, b));
+        assert_eq!(m.client_pairs(42, &mut into), 0, "a client never seen");
+        // An expired pair is no longer found.
+        m.sweep(1_030);
+        m.record(&[counted(i)]);
+        assert!(m.sweep(1_061) >= 1);
+        assert_eq!(m.client_pairs(1, &mut into), 1);
+        assert_eq!(into[0], (9, m.labels(1, "a", 9, "i")));
+        assert_ne!(m.labels(1, "a", 8, "j"), j, "j expired: a new pair");
+        assert_eq!(m.client_pairs(1, &mut into), 2, "and found again");
+    }
+
+    #[test]
     fn a_flood_of_new_clients_shares_the_overflow_pair_and_costs_no_memory() {
         let m = metrics(0);
         let a = m.labels(1, "a", 9, "i");

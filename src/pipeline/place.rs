@@ -59,16 +59,25 @@ pub struct ClientIds<'a> {
 }
 
 impl Pipeline {
-    /// A resource's client with its ids.
+    /// A resource's client with its ids, and the labels of the pairs the metrics have for it
+    /// so far (one lookup for the client, not one for each interface its spans went to). A
+    /// name cut to `metrics.max_label_bytes` has none found so: each of its pairs is then
+    /// looked up, and counted in `refusal_gate_label_truncated_total`, as before.
     pub fn client_ids<'a>(&self, client: extract::Client<'a>) -> ClientIds<'a> {
         let label = label::shorten(client.name, self.metrics.max_label_bytes());
+        let name = self.id(&*label);
+        let mut labels = [(0, 0); 16];
+        let filled = match label {
+            Cow::Borrowed(_) => self.metrics.client_pairs(name, &mut labels),
+            Cow::Owned(_) => 0,
+        };
         ClientIds {
             client,
             id: self.id(client),
-            name: self.id(&*label),
+            name,
             label,
-            labels: [(0, 0); 16],
-            filled: 0,
+            labels,
+            filled,
         }
     }
 

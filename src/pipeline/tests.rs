@@ -470,6 +470,50 @@ fn long_names_are_cut_alike_everywhere_they_are_shown_and_stay_distinct() {
     }
 }
 
+#[test]
+fn a_clients_pairs_found_at_once_count_as_pairs_looked_up_one_by_one_do() {
+    let pipeline = Pipeline::from_config(&crate::config::Config::default());
+    let long = "c".repeat(1_000);
+    // Two requests each: the second finds the short client's pairs at once (issue 66).
+    for n in 0..2u64 {
+        let body = ExportTraceServiceRequest {
+            resource_spans: vec![
+                get_on("short", "http://a.test/x", 10 + n, 1 + 4 * n),
+                get_on("short", "http://b.test/x", 10 + n, 2 + 4 * n),
+                get_on(&long, "http://a.test/x", 10 + n, 3 + 4 * n),
+            ],
+        }
+        .encode_to_vec();
+        pipeline.ingest(Transport::Http, &body, 1, 1, None);
+    }
+    pipeline.settle(true, 2);
+    let mut fleet: Vec<(String, String, u64)> = pipeline
+        .metrics()
+        .fleet()
+        .iter()
+        .map(|p| {
+            (
+                p.client.to_string(),
+                p.interface.to_string(),
+                p.attempts.iter().sum(),
+            )
+        })
+        .collect();
+    fleet.sort_unstable();
+    let cut = crate::label::shorten(&long, 128).into_owned();
+    assert_eq!(
+        fleet,
+        [
+            (cut, "http://a.test".into(), 2),
+            ("short".into(), "http://a.test".into(), 2),
+            ("short".into(), "http://b.test".into(), 2),
+        ]
+    );
+    // A cut name's pairs are still looked up, and its cut counted, once a request.
+    let text = pipeline.metrics().render();
+    assert!(text.contains("refusal_gate_label_truncated_total{label=\"client\"} 2"));
+}
+
 /// The server view's tests: a resource observed from the server's side, and its spans.
 mod server_view {
     use super::*;
