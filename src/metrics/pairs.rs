@@ -304,8 +304,10 @@ impl Metrics {
             exemplars: Mutex::new(Vec::new()),
         }));
         names.pairs.insert(key, id);
-        if let (true, Some(name)) = (interface_ok, names.clients.get_mut(&key.0)) {
-            name.own.push((key.1, id));
+        if client_ok && interface_ok {
+            if let Some(name) = names.clients.get_mut(&key.0) {
+                name.own.push((key.1, id));
+            }
         }
         id
     }
