@@ -513,6 +513,10 @@ pub struct TrackerConfig {
     /// (a read of `/metrics` counts what is pending at once).
     #[serde(deserialize_with = "duration")]
     pub reorder_window: Duration,
+    /// The attempts all reorder windows may hold at once, about; past it the groups whose
+    /// windows opened first are counted early, and the window shortens until they hold no
+    /// more (`refusal_gate_tracker_settled_early_total`). 0: no bound, every window whole.
+    pub max_pending: usize,
     /// Where the tracker's state is kept across restarts (relative to the configuration
     /// file): written on shutdown and every `state_interval`, read on start. None: not kept.
     pub state_file: Option<std::path::PathBuf>,
@@ -575,6 +579,7 @@ impl Default for TrackerConfig {
             key_ttl: Duration::from_secs(3600),
             max_keys: 500_000,
             reorder_window: Duration::from_secs(5),
+            max_pending: 1_500_000,
             state_file: None,
             state_interval: Duration::from_secs(60),
             max_held_spans: 10_000,

@@ -14,6 +14,7 @@ fn embedded_defaults_parse_and_match_the_contract() {
     assert_eq!(c.tracker.probe_window, Duration::from_secs(600));
     assert_eq!(c.tracker.key_ttl, Duration::from_secs(3600));
     assert_eq!(c.tracker.max_keys, 500_000);
+    assert_eq!(c.tracker.max_pending, 1_500_000);
     assert_eq!(c.metrics.max_clients, 1000);
     assert_eq!(c.metrics.max_interfaces, 500);
     assert!(c.interfaces.is_empty());

@@ -161,6 +161,13 @@ pub(super) const EVICTIONS: Family = Family {
     labels: &["reason"],
 };
 
+/// `refusal_gate_tracker_settled_early_total`.
+pub(super) const SETTLED_EARLY: Family = Family {
+    name: "refusal_gate_tracker_settled_early_total",
+    help: "Attempts counted before they had waited reorder_window, because the tracker's windows held more than tracker.max_pending.",
+    labels: &[],
+};
+
 /// `refusal_gate_interface_contradictions_total` (DESIGN §13).
 pub(super) const CONTRADICTIONS: Family = Family {
     name: "refusal_gate_interface_contradictions_total",

@@ -144,6 +144,7 @@ pub struct Metrics {
     /// Seconds, advanced by [`Metrics::tick`]: what `last_seen` is stamped with.
     clock: AtomicU64,
     series_expired: IntCounter,
+    settled_early: IntCounter,
     cycles_cut: IntCounter,
     accepted_spans: [IntCounter; 2],
     /// Cached handles: `not_client`, `no_protocol`, `duplicate`, `same_call`.
@@ -231,6 +232,7 @@ impl Metrics {
             // was made, not with the epoch (which the first sweep would take as long gone).
             clock: AtomicU64::new(crate::clock::now() / crate::clock::SECOND),
             series_expired: f::SERIES_EXPIRED.counter(&r),
+            settled_early: f::SETTLED_EARLY.counter(&r),
             cycles_cut: f::CYCLES_CUT.counter(&r),
             refused_spans,
             refused_requests: f::REFUSED_REQUESTS.counter_vec(&r),
@@ -325,6 +327,7 @@ impl Metrics {
                         .inc_by(keys as u64);
                 }
                 Event::Unwitnessed { reason } => self.unwitnessed[reason as usize].inc(),
+                Event::SettledEarly { attempts } => self.settled_early.inc_by(u64::from(attempts)),
                 Event::Contradicted {
                     labels,
                     kind,

@@ -311,9 +311,16 @@ impl Group {
         self.pending.count > 0
     }
 
+    /// How many of its attempts are pending, and since when (the clock when the first of
+    /// them arrived; meaningless when none is).
+    pub(super) fn pending(&self) -> (u32, Nanos) {
+        (self.pending.count, self.pending.first_at)
+    }
+
     /// Adds one attempt; returns its verdict as now known (`Some(None)` for a span already
     /// tracked), or `None` when its key is not in the group. When the group's pending
-    /// attempts are due, they settle first, as the sweep would have settled them (unless
+    /// attempts are due — they have waited `window`, the shard's reorder window — they settle
+    /// first, as the sweep would have settled them (unless
     /// [`Params::settle_on_arrival`] is off, as in a replay): a key then
     /// holds pending what arrives within one reorder window, not a window and the sweep's
     /// second besides (which grew the histories of a fleet whose keys take about one attempt
@@ -323,10 +330,11 @@ impl Group {
         now: Nanos,
         obs: &Observation,
         p: &Params,
+        window: Nanos,
         out: &mut Vec<Event>,
     ) -> Option<Option<Judgement>> {
-        if p.settle_on_arrival && self.due(now, p) {
-            self.settle(now, p, out);
+        if p.settle_on_arrival {
+            self.settle_if_due(now, window, p, out);
         }
         let read = obs.discovery == Discovery::Read;
         let mut entry = Entry::of(obs);
@@ -437,9 +445,31 @@ impl Group {
         self.pending.count = 0;
     }
 
-    /// Whether the pending attempts have waited `reorder_window` since the first arrived.
-    pub(super) fn due(&self, now: Nanos, p: &Params) -> bool {
-        self.pending.count > 0 && now >= self.pending.first_at.saturating_add(p.reorder_window)
+    /// Whether the pending attempts have waited `window` since the first arrived.
+    fn due(&self, now: Nanos, window: Nanos) -> bool {
+        self.pending.count > 0 && now >= self.pending.first_at.saturating_add(window)
+    }
+
+    /// Settles the pending attempts once they have waited `window`: `reorder_window`, or
+    /// less while the tracker's windows hold more than `max_pending` (see
+    /// `super::window_for`), when those that have not waited `reorder_window` are counted as
+    /// settled early ([`Event::SettledEarly`]).
+    pub(super) fn settle_if_due(
+        &mut self,
+        now: Nanos,
+        window: Nanos,
+        p: &Params,
+        out: &mut Vec<Event>,
+    ) {
+        if !self.due(now, window) {
+            return;
+        }
+        if !self.due(now, p.reorder_window) {
+            out.push(Event::SettledEarly {
+                attempts: self.pending.count,
+            });
+        }
+        self.settle(now, p, out);
     }
 
     /// Takes back the attempt `obs` stood for, while it is pending (a span of a call that has
@@ -875,7 +905,7 @@ mod tests {
             let mut out = Vec::new();
             for obs in [first, second] {
                 group
-                    .observe(0, obs, &p, &mut out)
+                    .observe(0, obs, &p, p.reorder_window, &mut out)
                     .expect("the key is there");
             }
             group.settle(0, &p, &mut out);
@@ -915,7 +945,7 @@ mod tests {
         // its pending bound again and again.
         for n in 0..200u64 {
             group
-                .observe(0, &attempt(n), &p, &mut out)
+                .observe(0, &attempt(n), &p, p.reorder_window, &mut out)
                 .expect("the key is there");
             let history = &group.keys[&1].history;
             most = most.max(history.len());
@@ -962,7 +992,7 @@ mod tests {
                 ..attempt(10)
             };
             for o in [read, refusal] {
-                group.observe(now, &o, &p, &mut out);
+                group.observe(now, &o, &p, p.reorder_window, &mut out);
             }
             for n in 1..5 {
                 let overlapping = Observation {
@@ -970,7 +1000,7 @@ mod tests {
                     end: 1_000 + n,
                     ..attempt(n)
                 };
-                group.observe(now, &overlapping, &p, &mut out);
+                group.observe(now, &overlapping, &p, p.reorder_window, &mut out);
             }
             group.settle(now, &p, &mut out);
             let key = &group.keys[&1];
@@ -983,7 +1013,7 @@ mod tests {
                 ..attempt(9)
             };
             out.clear();
-            group.observe(now, &arriving, &p, &mut out);
+            group.observe(now, &arriving, &p, p.reorder_window, &mut out);
             let key = &group.keys[&1];
             assert_eq!(key.history.len(), p.depth, "the refusal left");
             assert_eq!(key.history.capacity(), p.depth, "no room beyond the depth");
@@ -1009,7 +1039,7 @@ mod tests {
         let mut out = Vec::new();
         let mut rooms = vec![group.keys[&1].history.capacity()];
         for n in 0..60 {
-            group.observe(0, &attempt(n), &p, &mut out);
+            group.observe(0, &attempt(n), &p, p.reorder_window, &mut out);
             let room = group.keys[&1].history.capacity();
             if rooms.last() != Some(&room) {
                 rooms.push(room);
@@ -1029,7 +1059,7 @@ mod tests {
         let mut n = 0;
         let mut send = |group: &mut Group, attempts: u64| {
             for _ in 0..attempts {
-                group.observe(0, &attempt(n), &p, &mut out);
+                group.observe(0, &attempt(n), &p, p.reorder_window, &mut out);
                 n += 1;
             }
             group.settle(0, &p, &mut Vec::new());
@@ -1092,7 +1122,7 @@ mod tests {
                 end: n * second + 500,
                 ..attempt(n)
             };
-            group.observe(n * second, &a, &p, &mut out);
+            group.observe(n * second, &a, &p, p.reorder_window, &mut out);
             let counted = out
                 .iter()
                 .filter(|e| matches!(e, super::Event::Counted { .. }))
@@ -1108,9 +1138,9 @@ mod tests {
         }
         // Not due yet: nothing settles ahead of the arriving attempt.
         let mut group = one_key(&p);
-        group.observe(0, &attempt(0), &p, &mut out);
+        group.observe(0, &attempt(0), &p, p.reorder_window, &mut out);
         out.clear();
-        group.observe(5 * second - 1, &attempt(1), &p, &mut out);
+        group.observe(5 * second - 1, &attempt(1), &p, p.reorder_window, &mut out);
         assert!(out.is_empty(), "the window has not passed");
         assert_eq!(group.pending.count, 2);
     }
@@ -1139,7 +1169,7 @@ mod tests {
                 outcome,
                 ..attempt(n as u64)
             };
-            group.observe(0, &a, &p, &mut out);
+            group.observe(0, &a, &p, p.reorder_window, &mut out);
         }
         assert!(group.lists.0.is_none(), "nothing to list");
         assert!(!group.lists.anonymous && group.lists.first_read.is_none());
@@ -1156,7 +1186,7 @@ mod tests {
             let mut group = one_key(&p);
             let mut a = attempt(0);
             set(&mut a);
-            group.observe(0, &a, &p, &mut out);
+            group.observe(0, &a, &p, p.reorder_window, &mut out);
             assert!(group.lists.0.is_some(), "{what} is listed");
         }
     }
@@ -1176,8 +1206,8 @@ mod tests {
             outcome: Outcome::NotSupported,
             ..attempt(1)
         };
-        listed.observe(0, &read, &p, &mut out);
-        listed.observe(0, &refused, &p, &mut out);
+        listed.observe(0, &read, &p, p.reorder_window, &mut out);
+        listed.observe(0, &refused, &p, p.reorder_window, &mut out);
         let name = |n: &str| std::sync::Arc::from(n);
         let back = Group::import(listed.export(0, 0), 0, &p, 10, name);
         assert_eq!(*back.lists, *listed.lists);
@@ -1185,7 +1215,7 @@ mod tests {
         assert_eq!(back.lists.refusals, [1_500]);
 
         let mut bare = one_key(&p);
-        bare.observe(0, &attempt(0), &p, &mut out);
+        bare.observe(0, &attempt(0), &p, p.reorder_window, &mut out);
         let back = Group::import(bare.export(0, 0), 0, &p, 10, name);
         assert!(back.lists.0.is_none(), "nothing to list, nothing allocated");
     }

@@ -319,6 +319,12 @@ pub enum Event {
         /// How many.
         keys: usize,
     },
+    /// A group's pending attempts were counted before they had waited `reorder_window`: the
+    /// tracker's windows held more than `tracker.max_pending`.
+    SettledEarly {
+        /// How many.
+        attempts: u32,
+    },
 }
 
 /// The tracker's settings in the units it works in.
@@ -363,6 +369,57 @@ struct Shard {
     keys: usize,
     /// Its share of `max_keys`: what it holds beyond is lent by the others.
     cap: usize,
+    /// How long its groups' pending attempts wait: `reorder_window`, or less while its
+    /// windows hold more than its share of `max_pending` (set by each sweep, [`window_for`]).
+    window: Nanos,
+}
+
+/// How finely a sweep tells apart how long ago a shard's windows opened: in 32nds of
+/// `reorder_window` (156 ms of the default 5 s).
+const AGES: usize = 32;
+
+/// The attempts a shard's windows hold, by how long ago each window opened (in 32nds of
+/// `reorder_window`, the last holding any older): what a sweep bounds by `max_pending`.
+#[derive(Debug, Default)]
+struct Held([u64; AGES]);
+
+impl Held {
+    /// Counts `count` attempts in a window opened `age` ago.
+    fn add(&mut self, age: Nanos, count: u32, reorder_window: Nanos) {
+        let width = (reorder_window / AGES as u64).max(1);
+        let at = usize::try_from(age / width).map_or(AGES - 1, |i| i.min(AGES - 1));
+        self.0[at] += u64::from(count);
+    }
+}
+
+/// A shard's reorder window until the next sweep, from the one it had (`window`), the
+/// attempts its windows hold (`held`) and its share of `tracker.max_pending` (0: no bound).
+/// Past the share the windows opened first are cut: the window becomes the age past which
+/// the youngest ones would hold more, and a group whose window is that old settles. Within
+/// it, the window lengthens again as the attempts held allow (at a steady rate they grow
+/// with it) by a 32nd of `reorder_window` a sweep at most, never past it, and is whole when
+/// nothing is held. Pure.
+fn window_for(window: Nanos, held: &Held, share: u64, reorder_window: Nanos) -> Nanos {
+    let total: u64 = held.0.iter().sum();
+    if share == 0 || total == 0 {
+        return reorder_window;
+    }
+    let width = (reorder_window / AGES as u64).max(1);
+    if total > share {
+        let mut kept = 0;
+        for (i, &count) in held.0.iter().enumerate() {
+            kept += count;
+            if kept > share {
+                return width * i as u64;
+            }
+        }
+    }
+    // By a 32nd of `reorder_window` a sweep at most: the windows of groups cut together open
+    // again together, and what they hold swings from sweep to sweep for a while. A window cut
+    // to nothing grows from a 32nd.
+    let scaled = u128::from(window.max(width)) * u128::from(share) / u128::from(total);
+    let grown = window.saturating_add(width).min(reorder_window);
+    Nanos::try_from(scaled).map_or(grown, |w| w.max(window).min(grown))
 }
 
 /// How many testimonies a flush holds before noting them: a request's flush at most
@@ -419,6 +476,8 @@ pub struct Tracker {
     params: Params,
     keys: AtomicUsize,
     max_keys: usize,
+    /// Each shard's share of `tracker.max_pending` (0: no bound).
+    pending_share: u64,
     /// What interfaces said, per (interface, operation), in shards of their own: an
     /// interface's operations are spread over them, and each is locked apart from the
     /// tracker's (inside a tracker shard's lock at most, never the other way round).
@@ -435,12 +494,14 @@ impl Tracker {
     /// what the benchmarks compare.
     pub fn with_shards(config: &TrackerConfig, shards: usize) -> Tracker {
         let n = config.max_keys.clamp(1, shards.max(1));
+        let params = Params::new(config);
         let shards = (0..n)
             .map(|i| {
                 // Split max_keys exactly: the first `rem` shards take one more.
                 let cap = config.max_keys / n + usize::from(i < config.max_keys % n);
                 Mutex::new(Shard {
                     cap,
+                    window: params.reorder_window,
                     ..Shard::default()
                 })
             })
@@ -451,9 +512,10 @@ impl Tracker {
             .collect();
         Tracker {
             shards,
-            params: Params::new(config),
+            params,
             keys: AtomicUsize::new(0),
             max_keys: config.max_keys.max(1),
+            pending_share: config.max_pending.div_ceil(n) as u64,
             witnesses,
         }
     }
@@ -645,11 +707,12 @@ impl Tracker {
         out: &mut Vec<Event>,
     ) -> Option<Judgement> {
         let p = &self.params;
+        let window = shard.window;
         // The hot path: a known key costs one group lookup and one key lookup.
         if let Some(known) = shard
             .groups
             .get_mut(&obs.group)
-            .and_then(|g| g.observe(now, obs, p, out))
+            .and_then(|g| g.observe(now, obs, p, window, out))
         {
             return known;
         }
@@ -671,7 +734,7 @@ impl Tracker {
         shard.keys += 1;
         self.keys.fetch_add(1, Ordering::Relaxed);
         let group = shard.groups.get_mut(&obs.group)?;
-        group.observe(now, obs, p, out).flatten()
+        group.observe(now, obs, p, window, out).flatten()
     }
 
     /// Evicts from a shard holding more than its share of `max_keys` (room it was lent), the
@@ -807,30 +870,37 @@ impl Tracker {
     ) {
         self.each_shard(out, |shard, batch| {
             for (id, group) in shard.groups.iter_mut() {
-                let forced = force && !waits(id.client);
-                if forced || group.due(now, &self.params) {
+                if force && !waits(id.client) {
                     group.settle(now, &self.params, batch);
+                } else {
+                    group.settle_if_due(now, shard.window, &self.params, batch);
                 }
             }
         });
     }
 
     /// The periodic sweep: settles what is due, counts honored refusals, expires keys idle
-    /// for `key_ttl` and the interfaces' operations quiet for `honesty_window`.
+    /// for `key_ttl` and the interfaces' operations quiet for `honesty_window`, and sets each
+    /// shard's window for what its windows hold against `max_pending` ([`window_for`]).
     pub fn sweep(&self, now: Nanos, out: &mut impl Events) {
         self.expire_witnesses(now);
         let p = &self.params;
         let mut expired = 0;
         self.each_shard(out, |shard, batch| {
             let mut removed = 0;
+            let mut held = Held::default();
+            let window = shard.window;
             shard.groups.retain(|_, group| {
-                if group.due(now, p) {
-                    group.settle(now, p, batch);
-                }
+                group.settle_if_due(now, window, p, batch);
                 group.judge_refusals(now, p, batch);
                 removed += group.expire(now, p, batch);
+                let (count, since) = group.pending();
+                held.add(now.saturating_sub(since), count, p.reorder_window);
                 !group.keys.is_empty()
             });
+            // What a shortened window makes due settles at its group's next attempt, or at
+            // the next sweep: not all at once here, holding up the shard's ingest.
+            shard.window = window_for(window, &held, self.pending_share, p.reorder_window);
             shard.keys -= removed;
             shard.names.removed(removed);
             expired += removed;

@@ -125,6 +125,7 @@ fn tally(events: &[Event]) -> Counts {
             Event::Evicted { keys, .. } => c.evicted += keys as u32,
             Event::Contradicted { .. } => c.contradictions += 1,
             Event::Unwitnessed { .. } => c.unwitnessed += 1,
+            Event::SettledEarly { .. } => {}
         }
     }
     c
@@ -850,6 +851,145 @@ fn an_attempt_arriving_once_its_group_is_due_settles_the_pending_ones_first() {
     assert_eq!(tally(&events).counted, 2);
     tracker.sweep(T0 + 10_000 * MS, &mut events);
     assert_eq!(tally(&events).counted, 3);
+}
+
+/// The attempts counted early in `events`.
+fn settled_early(events: &[Event]) -> u32 {
+    events
+        .iter()
+        .map(|e| match e {
+            Event::SettledEarly { attempts } => *attempts,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn past_max_pending_the_windows_opened_first_settle_early_and_the_window_shortens() {
+    let bounded = |max_pending| {
+        let cfg = TrackerConfig {
+            max_pending,
+            ..config()
+        };
+        Tracker::with_shards(&cfg, 1)
+    };
+    // Eight clients' groups, their windows opened half a second apart: 8 pending, 4 allowed.
+    let of = |client: u64, start_ms: u64| {
+        let mut a = at(1, start_ms).fails(Outcome::Other).0;
+        a.group.client = client;
+        a
+    };
+    let tracker = bounded(4);
+    let mut events = Vec::new();
+    for i in 0..8 {
+        tracker.observe(T0 + i * 500 * MS, &of(i, i * 500), &"op", &mut events);
+    }
+    tracker.sweep(T0 + 4_000 * MS, &mut events);
+    // Twice the share held: the window is cut to 2.5 s, the age of the fifth youngest. None
+    // settles in the sweep itself, holding up the shard.
+    assert_eq!(tally(&events).counted, 0);
+    // An attempt arriving in a group the shorter window has made due settles it first.
+    tracker.observe(T0 + 4_000 * MS, &of(0, 4_000), &"op", &mut events);
+    assert_eq!(tally(&events).counted, 1);
+    assert_eq!(settled_early(&events), 1);
+    // The next sweep settles the others opened 2.5 s ago or more (by 1.5 s), and the five
+    // left — the four youngest and the one just reopened — cut the window to 2,031.25 ms.
+    tracker.sweep(T0 + 4_100 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 4);
+    assert_eq!(settled_early(&events), 4);
+    tracker.observe(T0 + 4_531 * MS, &of(5, 4_500), &"op", &mut events);
+    assert_eq!(
+        tally(&events).counted,
+        4,
+        "opened at 2.5 s: not due before 4,531.25 ms"
+    );
+    tracker.observe(T0 + 4_532 * MS, &of(5, 4_510), &"op", &mut events);
+    assert_eq!(tally(&events).counted, 6);
+    assert_eq!(settled_early(&events), 6);
+    // Once the windows hold less than the share, the window lengthens back to the whole.
+    tracker.settle(T0 + 4_600 * MS, true, &mut events);
+    tracker.sweep(T0 + 4_600 * MS, &mut events);
+    let late = of(9, 4_600);
+    tracker.observe(T0 + 4_600 * MS, &late, &"op", &mut events);
+    tracker.sweep(T0 + 9_599 * MS, &mut events);
+    assert!(tracker.has_pending(), "a whole window again");
+    tracker.sweep(T0 + 9_600 * MS, &mut events);
+    assert!(!tracker.has_pending());
+    assert_eq!(
+        settled_early(&events),
+        6,
+        "forced and due settles are not early"
+    );
+
+    // No bound: every window whole, however many are held.
+    let tracker = bounded(0);
+    let mut events = Vec::new();
+    for i in 0..8 {
+        tracker.observe(T0 + i * 500 * MS, &of(i, i * 500), &"op", &mut events);
+    }
+    tracker.sweep(T0 + 4_999 * MS, &mut events);
+    assert_eq!(tally(&events).counted, 0);
+    assert_eq!(settled_early(&events), 0);
+}
+
+#[test]
+fn past_the_share_the_window_is_cut_where_the_youngest_fit_and_within_it_grows_back() {
+    let whole = 3_200 * MS; // ages in 32nds: 100 ms each
+    let held = |windows: &[(u64, u32)]| {
+        let mut held = Held::default();
+        for &(age_ms, count) in windows {
+            held.add(age_ms * MS, count, whole);
+        }
+        held
+    };
+    let four = held(&[
+        (50, 1),
+        (150, 1),
+        (250, 1),
+        (350, 2),
+        (3_000, 1),
+        (9_000, 1),
+    ]);
+    assert_eq!(window_for(whole, &four, 0, whole), whole, "no bound");
+    assert_eq!(
+        window_for(1_000 * MS, &held(&[]), 4, whole),
+        whole,
+        "nothing held"
+    );
+    // Youngest first: 1, 2, 3, then the two opened 350 ms ago would make 5 of 4.
+    assert_eq!(window_for(whole, &four, 4, whole), 300 * MS);
+    // The last 32nd holds any older: the one opened 9 s ago.
+    assert_eq!(window_for(whole, &four, 6, whole), 3_100 * MS);
+    assert_eq!(window_for(whole, &four, 2, whole), 200 * MS);
+    assert_eq!(
+        window_for(whole, &held(&[(0, 3)]), 2, whole),
+        0,
+        "all of it cut"
+    );
+    // Within the share: scaled by share / held, by a 32nd at most, up to the whole.
+    assert_eq!(window_for(whole, &four, 7, whole), whole);
+    assert_eq!(
+        window_for(1_000 * MS, &held(&[(50, 6)]), 7, whole),
+        1_100 * MS
+    );
+    assert_eq!(
+        window_for(1_000 * MS, &held(&[(50, 100)]), 105, whole),
+        1_050 * MS
+    );
+    assert_eq!(
+        window_for(1_000 * MS, &held(&[(50, 6)]), 6, whole),
+        1_000 * MS
+    );
+    assert_eq!(
+        window_for(3_150 * MS, &held(&[(50, 1)]), 6, whole),
+        whole,
+        "never past it"
+    );
+    assert_eq!(
+        window_for(0, &held(&[(0, 1)]), 2, whole),
+        100 * MS,
+        "from nothing"
+    );
 }
 
 #[test]
@@ -1579,7 +1719,10 @@ fn counted(events: &[Event]) -> Verdicts {
                 assert!(again.is_none(), "counted twice");
             }
             Event::Honored { labels } => *honored.entry(*labels).or_default() += 1,
-            Event::Evicted { .. } | Event::Contradicted { .. } | Event::Unwitnessed { .. } => {}
+            Event::Evicted { .. }
+            | Event::Contradicted { .. }
+            | Event::Unwitnessed { .. }
+            | Event::SettledEarly { .. } => {}
         }
     }
     (verdicts, honored)
