@@ -387,7 +387,8 @@ impl Held {
     /// Counts `count` attempts in a window opened `age` ago.
     fn add(&mut self, age: Nanos, count: u32, reorder_window: Nanos) {
         let width = (reorder_window / AGES as u64).max(1);
-        let at = usize::try_from(age / width).map_or(AGES - 1, |i| i.min(AGES - 1));
+        // Below 32: the cast loses nothing.
+        let at = (age / width).min(AGES as u64 - 1) as usize;
         self.0[at] += u64::from(count);
     }
 }
