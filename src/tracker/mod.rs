@@ -406,21 +406,19 @@ fn window_for(window: Nanos, held: &Held, share: u64, reorder_window: Nanos) -> 
         return reorder_window;
     }
     let width = (reorder_window / AGES as u64).max(1);
-    if total > share {
-        let mut kept = 0;
-        for (i, &count) in held.0.iter().enumerate() {
-            kept += count;
-            if kept > share {
-                return width * i as u64;
-            }
+    let mut kept = 0;
+    for (i, &count) in held.0.iter().enumerate() {
+        kept += count;
+        if kept > share {
+            return width * i as u64;
         }
     }
-    // By a 32nd of `reorder_window` a sweep at most: the windows of groups cut together open
-    // again together, and what they hold swings from sweep to sweep for a while. A window cut
-    // to nothing grows from a 32nd.
+    // Within the share: by a 32nd of `reorder_window` a sweep at most, as the windows of
+    // groups cut together open again together, and what they hold swings from sweep to sweep
+    // for a while. A window cut to nothing grows from a 32nd.
     let scaled = u128::from(window.max(width)) * u128::from(share) / u128::from(total);
     let grown = window.saturating_add(width).min(reorder_window);
-    Nanos::try_from(scaled).map_or(grown, |w| w.max(window).min(grown))
+    Nanos::try_from(scaled).map_or(grown, |w| w.min(grown))
 }
 
 /// How many testimonies a flush holds before noting them: a request's flush at most
