@@ -873,17 +873,22 @@ fn past_max_pending_the_windows_opened_first_settle_early_and_the_window_shorten
         };
         Tracker::with_shards(&cfg, 1)
     };
-    // Eight clients' groups, their windows opened half a second apart: 8 pending, 4 allowed.
+    // Eight clients' groups, their windows opened half a second apart.
     let of = |client: u64, start_ms: u64| {
         let mut a = at(1, start_ms).fails(Outcome::Other).0;
         a.group.client = client;
         a
     };
-    let tracker = bounded(4);
-    let mut events = Vec::new();
-    for i in 0..8 {
-        tracker.observe(T0 + i * 500 * MS, &of(i, i * 500), &"op", &mut events);
-    }
+    let opened = |max_pending| {
+        let tracker = bounded(max_pending);
+        let mut events = Vec::new();
+        for i in 0..8 {
+            tracker.observe(T0 + i * 500 * MS, &of(i, i * 500), &"op", &mut events);
+        }
+        (tracker, events)
+    };
+    // 8 pending, 4 allowed.
+    let (tracker, mut events) = opened(4);
     tracker.sweep(T0 + 4_000 * MS, &mut events);
     // Twice the share held: the window is cut to 2.5 s, the age of the fifth youngest. None
     // settles in the sweep itself, holding up the shard.
@@ -922,11 +927,7 @@ fn past_max_pending_the_windows_opened_first_settle_early_and_the_window_shorten
     );
 
     // No bound: every window whole, however many are held.
-    let tracker = bounded(0);
-    let mut events = Vec::new();
-    for i in 0..8 {
-        tracker.observe(T0 + i * 500 * MS, &of(i, i * 500), &"op", &mut events);
-    }
+    let (tracker, mut events) = opened(0);
     tracker.sweep(T0 + 4_999 * MS, &mut events);
     assert_eq!(tally(&events).counted, 0);
     assert_eq!(settled_early(&events), 0);
